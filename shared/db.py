@@ -1,0 +1,170 @@
+"""PostgreSQL access: the pool, migrations, and the query layer every reader goes through.
+
+The rule "readers see only active rows" lives in ``active_rows`` and nowhere else: every query that
+reads sections or their windows calls it to build its WHERE clause.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import asyncpg
+from pgvector.asyncpg import register_vector
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+_MIGRATION_LOCK_KEY = 7_311_2024  # pg_advisory_lock key: one migrator at a time
+
+
+# --------------------------------------------------------------------------------------------
+# connections
+# --------------------------------------------------------------------------------------------
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    try:
+        await register_vector(conn)
+    except ValueError:
+        # the extension does not exist yet (first connection before migrations): nothing to register
+        pass
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    # statement_cache_size=0 would lose prepared-statement speed; instead, the vector queries embed
+    # the model literal so a cached generic plan still matches the partial HNSW index.
+    return await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection, command_timeout=60
+    )
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    conn = await asyncpg.connect(dsn)
+    await _init_connection(conn)
+    return conn
+
+
+# --------------------------------------------------------------------------------------------
+# migrations
+# --------------------------------------------------------------------------------------------
+def migration_files() -> list[tuple[int, str, Path]]:
+    found = []
+    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
+        match = re.match(r"(\d+)_(.+)\.sql$", path.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), path))
+    return found
+
+
+async def migrate(dsn: str) -> list[int]:
+    """Apply pending migrations in order, each in its own transaction; returns the versions applied."""
+    conn = await asyncpg.connect(dsn)
+    applied_now: list[int] = []
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK_KEY)
+        await conn.execute(
+            """CREATE TABLE IF NOT EXISTS schema_migrations (
+                   version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"""
+        )
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+        for version, name, path in migration_files():
+            if version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(path.read_text())
+                await conn.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name)
+            applied_now.append(version)
+            log.info("applied migration %04d_%s", version, name)
+    finally:
+        try:
+            await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK_KEY)
+        finally:
+            await conn.close()
+    return applied_now
+
+
+# --------------------------------------------------------------------------------------------
+# the query layer
+# --------------------------------------------------------------------------------------------
+def active_rows(alias: str) -> str:
+    """The one definition of 'rows a reader may see': the active corpus version.
+
+    Every reader of ``sections`` or ``section_windows`` puts this in its WHERE clause.
+    """
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", alias):
+        raise ValueError(f"bad table alias {alias!r}")
+    return f"{alias}.status = 'active'"
+
+
+def sql_literal(value: str) -> str:
+    """Quote a string as an SQL literal (for partial-index predicates that parameters cannot match)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def vector_index_name(table: str, model: str, dim: int) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_")[:40]
+    return f"{table}_hnsw_{slug}_{dim}"
+
+
+async def ensure_vector_indexes(conn: asyncpg.Connection, model: str, dim: int) -> None:
+    """One partial HNSW cosine index per embedding model (the column itself is dimensionless)."""
+    for table in ("section_windows", "sections"):
+        name = vector_index_name(table, model, dim)
+        await conn.execute(
+            f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw "
+            f"((embedding::vector({dim})) vector_cosine_ops) WHERE embedding_model = {sql_literal(model)}"
+        )
+
+
+SECTION_COLUMNS = (
+    "s.id, s.version_id, s.status, s.title, s.chapter, s.subchapter, s.part, s.part_heading, s.subpart, "
+    "s.subject_group, s.section, s.kind, s.heading, s.agency, s.cfr_ref, s.text, s.paragraphs, s.source_note, "
+    "s.editorial_notes, s.reserved, s.removed, s.content_hash, s.source, s.source_date, s.embedding_model"
+)
+
+
+async def fetch_active_sections(
+    conn: asyncpg.Connection | asyncpg.Pool, cfr_refs: Iterable[str]
+) -> dict[str, asyncpg.Record]:
+    refs = list(dict.fromkeys(cfr_refs))
+    if not refs:
+        return {}
+    rows = await conn.fetch(
+        f"SELECT {SECTION_COLUMNS} FROM sections s WHERE {active_rows('s')} AND s.cfr_ref = ANY($1::text[])",
+        refs,
+    )
+    return {r["cfr_ref"]: r for r in rows}
+
+
+async def fetch_active_section(
+    conn: asyncpg.Connection | asyncpg.Pool, title: int, section: str
+) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"SELECT {SECTION_COLUMNS} FROM sections s WHERE {active_rows('s')} AND s.title = $1 AND s.section = $2",
+        title,
+        section,
+    )
+
+
+async def active_corpus_summary(conn: asyncpg.Connection | asyncpg.Pool) -> list[dict[str, Any]]:
+    rows = await conn.fetch(
+        f"""
+        SELECT v.title, v.version_id, v.source, v.source_date, v.embedding_model, v.activated_at,
+               count(s.id) AS sections,
+               count(s.id) FILTER (WHERE s.reserved) AS reserved,
+               count(DISTINCT s.part) AS parts
+        FROM corpus_versions v
+        JOIN sections s ON s.version_id = v.version_id AND {active_rows('s')}
+        WHERE v.status = 'active'
+        GROUP BY v.title, v.version_id
+        ORDER BY v.title
+        """
+    )
+    return [dict(r) for r in rows]
+
+
+async def active_titles(conn: asyncpg.Connection | asyncpg.Pool) -> list[int]:
+    rows = await conn.fetch("SELECT title FROM corpus_versions WHERE status = 'active' ORDER BY title")
+    return [r["title"] for r in rows]
