@@ -1,0 +1,42 @@
+"""Prometheus metrics, named once. Dashboards and alert rules (ops/) rely on these names."""
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+# --- bus (every worker) ---------------------------------------------------------------------
+STREAM_MESSAGES = Counter(
+    "regs_stream_messages_total", "Stream entries handled by a worker", ["stream", "outcome"]
+)  # outcome: ok, error, dead_letter, duplicate, expired
+STREAM_HANDLE_SECONDS = Histogram(
+    "regs_stream_handle_seconds", "Time a worker spent on one entry", ["stream"], buckets=LATENCY_BUCKETS
+)
+STREAM_BACKLOG = Gauge("regs_stream_backlog", "Entries not yet delivered to the group (lag)", ["stream", "group"])
+STREAM_PENDING = Gauge("regs_stream_pending", "Entries delivered but not acknowledged", ["stream", "group"])
+STREAM_CONSUMERS = Gauge("regs_stream_consumers", "Live consumers in the group", ["stream", "group"])
+DLQ_DEPTH = Gauge("regs_dlq_depth", "Entries in a dead-letter stream", ["stream"])
+
+# --- gateway --------------------------------------------------------------------------------
+REQUESTS = Counter("regs_requests_total", "HTTP requests by route and status code", ["route", "status"])
+STAGE_SECONDS = Histogram(
+    "regs_stage_seconds", "Latency per fan-out stage", ["stage"], buckets=LATENCY_BUCKETS
+)  # stage: retrieve, pre_gate, generate_plain, generate_legal, post_gate, total
+ANSWERS = Counter("regs_answers_total", "Query outcomes", ["status"])  # answered, refused
+REFUSALS = Counter("regs_refusals_total", "Refusals by reason", ["reason"])
+ANSWERING_MODEL = Counter("regs_answering_model_total", "Generation calls by the model that answered", ["model"])
+FALLBACKS = Counter("regs_generation_fallbacks_total", "Generation calls that fell back", ["reason"])
+CONFIDENCE_TIER = Counter("regs_confidence_tier_total", "Answers by confidence tier", ["tier"])
+CONFIDENCE_ROLLING = Gauge("regs_confidence_rolling_mean", "Mean confidence of the last 100 answers")
+RATE_LIMITED = Counter("regs_rate_limited_total", "Requests refused with 429")
+
+# --- ingest ---------------------------------------------------------------------------------
+INGEST_RUNS = Counter("regs_ingest_runs_total", "Ingest runs by outcome", ["outcome"])
+INGEST_SECTIONS = Counter("regs_ingest_sections_total", "Sections per ingest outcome", ["change"])
+# change: added, changed, removed, unchanged
+ACTIVE_SECTIONS = Gauge("regs_active_sections", "Active sections per title", ["title"])
+
+
+def serve_metrics(port: int) -> None:
+    """Workers serve /metrics on their own port (the gateway serves it on its HTTP port)."""
+    start_http_server(port, addr="0.0.0.0")
