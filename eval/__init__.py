@@ -1,0 +1,1 @@
+"""Evaluation dataset, metrics and the harness that runs the dataset through the public gateway."""
