@@ -1,0 +1,1 @@
+"""Generation providers: anthropic (default), openai (any compatible endpoint), extractive (offline)."""

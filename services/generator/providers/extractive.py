@@ -1,0 +1,328 @@
+"""The built-in extractive answerer: offline, deterministic, and unable to invent a word.
+
+Plain answer: the 2-4 sentences of the retrieved sections that best answer the question, copied (leading
+paragraph designations aside) and ordered by section then position, each followed by its pinpoint
+citation, behind a fixed frame that names the section(s) and is not a claim.
+
+Legal answer: the same passages as verbatim quotations with pinpoint citations; every quote is an exact
+substring of ``Hit.text`` and its paragraph is the designation path of the span containing it.
+
+Sentence score = 0.50 * cosine(question, heading + sentence) with the local MiniLM embedder
+               + 0.35 * weighted lexical overlap with the question's stemmed content terms
+                 (idf-weighted over the candidates, numbers count double, heading matches count half)
+               + 0.15 * section prior (retrieval rank, and how much of the question the heading names)
+                 plus a small earlier-in-section prior.
+Picked: the best sentence, then up to 3 more scoring >= 86 % of it (another section only >= 92 %, at most one),
+not redundant with those already picked; a second one (same section first, then a section the first one
+refers to) when it is close enough (75 %, 60 % for the referenced section): a weak filler is worse than none;
+a list item brings its lead-in ("... except that:"). Sections in order of their best sentence.
+Without an embedder (load failure) the cosine term is dropped and the rest still decides.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shared.config import Settings
+from shared.messages import GenerateRequest, Hit, Quote
+
+from ..text import (
+    Unit,
+    is_heading_only,
+    is_number,
+    paragraph_at,
+    pinpoint,
+    split_units,
+    strip_designation,
+    terms,
+    word_count,
+)
+from .base import ProviderFailure, ProviderOutput
+
+log = logging.getLogger(__name__)
+
+_SECTION_REF = re.compile(r"§\s*(\d+[A-Za-z]?\.\d+[A-Za-z0-9-]*)")
+
+NAME = "regs-extractive"
+VERSION = "1.0"
+MODEL = f"{NAME}-{VERSION}"
+
+MAX_SECTIONS = 5  # sections whose sentences are candidates
+MAX_UNITS_PER_SECTION = 40  # candidates embedded per section (latency cap)
+MIN_SENTENCES, MAX_SENTENCES = 2, 4
+W_COSINE, W_LEXICAL, W_PRIOR = 0.50, 0.35, 0.15
+KEEP_RATIO = 0.86  # a further sentence must score at least this share of the best one
+OTHER_SECTION_RATIO = 0.92  # ... and this share when it comes from another section than the best one
+FILL_RATIO = 0.75  # the second sentence (minimum of two) needs at least this share
+CROSS_REF_RATIO = 0.60  # ... or this share in a section the first one refers to ("by § 133.138")
+REDUNDANT_COSINE, REDUNDANT_JACCARD = 0.92, 0.70
+CACHE_SIZE = 20000
+
+
+@dataclass
+class Scored:
+    unit: Unit
+    hit: Hit
+    body: str  # the sentence without leading designations/heading: a suffix of unit.text
+    body_start: int  # offset of body in hit.text
+    score: float
+    cosine: float
+    lexical: float
+    terms: frozenset[str]
+    vector: np.ndarray | None
+
+
+class ExtractiveProvider:
+    name = "extractive"
+    model = MODEL
+
+    def __init__(self, settings: Settings, embedder: Any = None):
+        self.settings = settings
+        self._embedder = embedder
+        self._embedder_failed = False
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------------------- embedder
+    def embedder(self) -> Any:
+        if self._embedder is None and not self._embedder_failed:
+            try:
+                from shared.embeddings import get_embedder
+
+                # always the local MiniLM: the fallback must work offline whatever embeds the corpus
+                local = self.settings.model_copy(
+                    update={"embedding_provider": "local", "embedding_model": "all-MiniLM-L6-v2"}
+                )
+                self._embedder = get_embedder(local)
+            except Exception as exc:  # noqa: BLE001 - lexical scoring still answers
+                log.warning("extractive: local embedder unavailable (%s); scoring lexically", exc)
+                self._embedder_failed = True
+        return self._embedder
+
+    def warm(self) -> None:
+        self.embedder()
+
+    def _embed(self, texts: list[str]) -> np.ndarray | None:
+        embedder = self.embedder()
+        if embedder is None or not texts:
+            return None
+        with self._lock:
+            missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            vectors = embedder.embed_queries(missing)
+            with self._lock:
+                for t, v in zip(missing, vectors):
+                    self._cache[t] = np.asarray(v, dtype=np.float32)
+                while len(self._cache) > CACHE_SIZE:
+                    self._cache.popitem(last=False)
+        with self._lock:
+            return np.stack([self._cache[t] if t in self._cache else np.zeros(1, np.float32) for t in texts])
+
+    # ---------------------------------------------------------------------------- API
+    async def generate(self, request: GenerateRequest) -> ProviderOutput:
+        return await asyncio.to_thread(self.generate_sync, request)
+
+    def generate_sync(self, request: GenerateRequest) -> ProviderOutput:
+        sections = request.sections[:MAX_SECTIONS]
+        chosen = self.select(request.question, sections)
+        if not chosen:
+            raise ProviderFailure("no_extractable_text", "the sections hold no sentence to extract")
+        if request.step == "plain":
+            text, quotes = self._plain(chosen), []
+        else:
+            text, quotes = self._legal(chosen)
+        cited = [(s.hit.cfr_ref, paragraph_at(s.hit, s.body_start)) for s in chosen]
+        # tokens are WORD counts (whitespace tokens), not model tokens: question + considered sections in,
+        # the answer out
+        tokens_in = word_count(request.question, request.plain_answer, *(h.text for h in sections))
+        return ProviderOutput(
+            text=text, model=MODEL, quotes=quotes, cited=cited, tokens_in=tokens_in, tokens_out=word_count(text)
+        )
+
+    # ---------------------------------------------------------------------------- scoring
+    def candidates(self, sections: list[Hit]) -> list[tuple[Unit, Hit, str, int]]:
+        out = []
+        for index, hit in enumerate(sections):
+            units = [u for u in split_units(hit, index) if not is_heading_only(u.text)]
+            for u in units:
+                body = strip_designation(u.text) if not u.is_table_row else u.text
+                offset = u.text.rfind(body) if body else -1
+                if not body or offset < 0:
+                    body, offset = u.text, 0
+                out.append((u, hit, body, u.start + offset))
+        return out
+
+    def select(self, question: str, sections: list[Hit]) -> list[Scored]:
+        cands = self.candidates(sections)
+        if not cands:
+            return []
+        q_terms = terms(question)
+        if not q_terms:
+            q_terms = [t.lower() for t in question.split()]
+        unit_terms = [frozenset(terms(body)) for _, _, body, _ in cands]
+        heading_terms = {id(h): frozenset(terms(h.heading)) for h in sections}
+        n = len(cands)
+        weights: dict[str, float] = {}
+        for t in dict.fromkeys(q_terms):
+            df = sum(1 for ts in unit_terms if t in ts)
+            idf = 1.0 + math.log((n + 1) / (df + 1))
+            weights[t] = idf * (2.0 if is_number(t) else 1.0)
+        total = sum(weights.values()) or 1.0
+        heading_match = {
+            id(h): sum(w for t, w in weights.items() if t in heading_terms[id(h)]) / total for h in sections
+        }
+
+        def lexical(i: int) -> float:
+            ts, hs = unit_terms[i], heading_terms[id(cands[i][1])]
+            got = sum(w * (1.0 if t in ts else 0.5 if t in hs else 0.0) for t, w in weights.items())
+            return got / total
+
+        lex = [lexical(i) for i in range(n)]
+        # latency cap: at most MAX_UNITS_PER_SECTION candidates per section go to the embedder (lexical first)
+        keep: list[int] = []
+        by_section: dict[int, list[int]] = {}
+        for i, (u, _, _, _) in enumerate(cands):
+            by_section.setdefault(u.hit_index, []).append(i)
+        for idxs in by_section.values():
+            if len(idxs) > MAX_UNITS_PER_SECTION:
+                idxs = sorted(idxs, key=lambda i: (-round(lex[i], 6), cands[i][0].position))[:MAX_UNITS_PER_SECTION]
+                idxs.sort()
+            keep.extend(idxs)
+        embed_texts = [f"{cands[i][1].heading}: {cands[i][2]}" for i in keep]
+        vectors = self._embed([question.strip()] + embed_texts)
+        scored: list[Scored] = []
+        for k, i in enumerate(keep):
+            unit, hit, body, body_start = cands[i]
+            cos = float(vectors[0] @ vectors[k + 1]) if vectors is not None else 0.0
+            section_prior = 1.0 / (1.0 + 0.5 * unit.hit_index)
+            units_in_section = len(by_section[unit.hit_index])
+            position_prior = 1.0 - unit.position / max(1, units_in_section)
+            prior = 0.5 * section_prior + 0.4 * heading_match[id(hit)] + 0.1 * position_prior
+            if vectors is not None:
+                score = W_COSINE * cos + W_LEXICAL * lex[i] + W_PRIOR * prior
+            else:
+                score = (W_LEXICAL * lex[i] + W_PRIOR * prior) / (W_LEXICAL + W_PRIOR)
+            scored.append(
+                Scored(unit, hit, body, body_start, round(score, 5), cos, lex[i], unit_terms[i],
+                       vectors[k + 1] if vectors is not None else None)
+            )
+        ranked = sorted(scored, key=lambda s: (-s.score, s.unit.hit_index, s.unit.position))
+        return self._pick(ranked)
+
+    @staticmethod
+    def _redundant(a: Scored, b: Scored) -> bool:
+        if a.vector is not None and b.vector is not None and float(a.vector @ b.vector) > REDUNDANT_COSINE:
+            return True
+        if a.terms and b.terms:
+            jaccard = len(a.terms & b.terms) / len(a.terms | b.terms)
+            if jaccard > REDUNDANT_JACCARD:
+                return True
+        return False
+
+    def _pick(self, ranked: list[Scored]) -> list[Scored]:
+        top = ranked[0]
+        chosen = [top]
+        best_section = top.unit.hit_index
+        others = 0
+        for s in ranked[1:]:
+            if len(chosen) >= MAX_SENTENCES:
+                break
+            other = s.unit.hit_index != best_section
+            ratio = OTHER_SECTION_RATIO if other else KEEP_RATIO
+            if s.score < ratio * top.score or (other and others >= 1):
+                continue
+            if any(self._redundant(s, c) for c in chosen):
+                continue
+            chosen.append(s)
+            others += other
+        if len(chosen) < MIN_SENTENCES:
+            # a section the chosen sentence refers to ("... prescribed for edam cheese by § 133.138") comes next
+            referenced = {m for c in chosen for m in _SECTION_REF.findall(c.body)}
+            fill = [s for s in ranked[1:] if s.score >= FILL_RATIO * top.score and s not in chosen]
+            same = [s for s in fill if s.unit.hit_index == best_section]
+            cross = [
+                s for s in ranked[1:]
+                if s.hit.section in referenced and s.hit.section != top.hit.section
+                and s.score >= CROSS_REF_RATIO * top.score
+            ]
+            for s in same or cross:
+                if not any(self._redundant(s, c) for c in chosen):
+                    chosen.append(s)
+                    break
+        # a list item needs its lead-in ("... shall be declared ..., except that:") to be read correctly
+        for s in list(chosen):
+            lead = self._lead_in(s, ranked)
+            if lead is not None and lead not in chosen and len(chosen) <= MAX_SENTENCES:
+                chosen.append(lead)
+        section_best: dict[int, float] = {}
+        for s in chosen:
+            section_best[s.unit.hit_index] = max(section_best.get(s.unit.hit_index, 0.0), s.score)
+        return sorted(chosen, key=lambda s: (-section_best[s.unit.hit_index], s.unit.hit_index, s.unit.position))
+
+    @staticmethod
+    def _lead_in(s: Scored, ranked: list[Scored]) -> Scored | None:
+        mine = paragraph_at(s.hit, s.body_start)
+        if not mine:
+            return None
+        best: Scored | None = None
+        for other in ranked:
+            if other.hit is not s.hit or other.unit.position >= s.unit.position:
+                continue
+            if not other.unit.text.rstrip().endswith(":"):
+                continue
+            theirs = paragraph_at(other.hit, other.body_start)
+            if theirs and mine.startswith(theirs) and mine != theirs:
+                if best is None or other.unit.position > best.unit.position:
+                    best = other
+        return best
+
+    # ---------------------------------------------------------------------------- writing
+    @staticmethod
+    def _frame(chosen: list[Scored]) -> str:
+        hits = list(dict.fromkeys(s.hit.cfr_ref for s in chosen))
+        by_ref = {s.hit.cfr_ref: s.hit for s in chosen}
+        names = [f"{ref} ({by_ref[ref].heading})" if by_ref[ref].heading else ref for ref in hits]
+        return "According to " + (" and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + ", and " + names[-1]) + ":"
+
+    def _plain(self, chosen: list[Scored]) -> str:
+        parts = [self._frame(chosen)]
+        for s in chosen:
+            parts.append(f"{s.body} [{pinpoint(s.hit.cfr_ref, paragraph_at(s.hit, s.body_start))}]")
+        return " ".join(parts)
+
+    def _legal(self, chosen: list[Scored]) -> tuple[str, list[Quote]]:
+        # contiguous chosen sentences of one paragraph become one quotation
+        groups: list[list[Scored]] = []
+        for s in chosen:
+            prev = groups[-1][-1] if groups else None
+            if (
+                prev is not None
+                and prev.hit is s.hit
+                and s.unit.position == prev.unit.position + 1
+                and paragraph_at(s.hit, s.body_start) == paragraph_at(prev.hit, prev.body_start)
+                and "\n" not in s.hit.text[prev.unit.end : s.unit.start]
+            ):
+                groups[-1].append(s)
+            else:
+                groups.append([s])
+        lines: list[str] = []
+        quotes: list[Quote] = []
+        seen_sections: set[str] = set()
+        for g in groups:
+            hit = g[0].hit
+            start, end = g[0].body_start, g[-1].unit.end
+            text = hit.text[start:end]
+            paragraph = paragraph_at(hit, start)
+            verb = "further provides" if hit.cfr_ref in seen_sections else "provides"
+            seen_sections.add(hit.cfr_ref)
+            lines.append(f'{pinpoint(hit.cfr_ref, paragraph)} {verb}: "{text}"')
+            quotes.append(Quote(text=text, cfr_ref=hit.cfr_ref, paragraph=paragraph))
+        return "\n\n".join(lines), quotes
