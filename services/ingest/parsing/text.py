@@ -25,7 +25,7 @@ _WS = re.compile(r"\s+")
 
 
 def norm(text: str | None) -> str:
-    return _WS.sub(" ", text).strip() if text else ""
+    return " ".join(text.split()) if text else ""
 
 
 def prepare(el: etree._Element) -> None:
@@ -194,12 +194,15 @@ _BLOCK = frozenset(
 class Body:
     lines: list[str] = field(default_factory=list)
     tracked: list[bool] = field(default_factory=list)
+    inner: dict[int, list[str]] = field(default_factory=dict)  # line -> tokens after an italic paragraph heading
     cita: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     reserved_marker: bool = False
 
-    def add(self, text: str, tracked: bool = False) -> None:
+    def add(self, text: str, tracked: bool = False, inner: list[str] | None = None) -> None:
         if text:
+            if inner:
+                self.inner[len(self.lines)] = inner
             self.lines.append(text)
             self.tracked.append(tracked)
 
@@ -207,6 +210,9 @@ class Body:
         """Join the lines and compute designation paths and offsets."""
         tracker = DesignationTracker()
         toks = [leading_tokens(line) if tr and line.startswith("(") else [] for line, tr in zip(self.lines, self.tracked)]
+        for i, extra in self.inner.items():
+            if toks[i]:
+                toks[i] = toks[i] + extra  # "(a) Scope and purpose. (1) This subpart ..." is (a)(1)
         paragraphs: list[Paragraph] = []
         pos = 0
         n = len(self.lines)
@@ -231,7 +237,7 @@ def _is_container(el: etree._Element) -> bool:
     return False
 
 
-def _gpo_table(el: etree._Element, body: Body) -> None:
+def _gpo_table(el: etree._Element, body: Body, tracked: bool) -> None:
     for child in el:
         tag = child.tag
         if tag == "BOXHD":
@@ -242,19 +248,32 @@ def _gpo_table(el: etree._Element, body: Body) -> None:
         elif tag == "ROW":
             cells = [inline(c) for c in child if c.tag == "ENT"]
             if any(cells):
-                body.add(" | ".join(cells))
+                body.add(" | ".join(cells), tracked)  # "(i) Codeine | 9050" is paragraph (b)(1)(i) of 1308.12
         elif tag in ("TTITLE", "TNOTE", "TDESC", "TCAP", "BCAP", "TRPRTPAGE"):
             body.add(inline(child))
 
 
-def _html_table(el: etree._Element, body: Body) -> None:
+def _html_table(el: etree._Element, body: Body, tracked: bool) -> None:
     for child in el.iter("CAPTION", "TR"):
         if child.tag == "CAPTION":
             body.add(inline(child))
         else:
             cells = [inline(c) for c in child if c.tag in ("TH", "TD")]
             if any(cells):
-                body.add(" | ".join(cells))
+                body.add(" | ".join(cells), tracked and not any(c.tag == "TH" for c in child))
+
+
+def _inner_tokens(el: etree._Element) -> list[str] | None:
+    """Tokens that open the text after an italic paragraph heading: ``(a) <E>Scope.</E> (1) This ...``."""
+    if not len(el):
+        return None
+    first = el[0]
+    if first.tag not in ("E", "I", "B") or not first.tail:
+        return None
+    lead = (el.text or "").strip()
+    if not lead.startswith("(") or "".join(f"({t})" for t in leading_tokens(lead)) != lead.replace(" ", ""):
+        return None
+    return leading_tokens(first.tail.lstrip()) or None
 
 
 def note_text(el: etree._Element) -> str:
@@ -281,7 +300,7 @@ def render(parent: etree._Element, body: Body, tracked: bool = True) -> None:
             if _is_container(el):
                 render(el, body, tracked)
             else:
-                body.add(inline(el), tracked)
+                body.add(inline(el), tracked, _inner_tokens(el) if tracked else None)
         elif tag == "CITA":
             body.cita.append(inline(el))
         elif tag in _NOTES:
@@ -289,9 +308,9 @@ def render(parent: etree._Element, body: Body, tracked: bool = True) -> None:
             if text:
                 body.notes.append(text)
         elif tag == "GPOTABLE":
-            _gpo_table(el, body)
+            _gpo_table(el, body, tracked)
         elif tag == "TABLE":
-            _html_table(el, body)
+            _html_table(el, body, tracked)
         elif tag in ("EXTRACT", "FTNT", "EXAMPLE", "BOXTXT", "SCOL2", "REVTXT"):
             own = norm(el.text)
             if own:

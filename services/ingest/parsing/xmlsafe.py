@@ -32,6 +32,7 @@ _COMMENT = re.compile(rb"<!--.*?-->", re.S)
 _DOCTYPE = re.compile(rb"<!DOCTYPE", re.I)
 _ENTITY_DECL = re.compile(rb"<!ENTITY", re.I)
 _EXTERNAL_ID = re.compile(rb"\b(SYSTEM|PUBLIC)\b")
+_EXTERNAL_ENTITY = re.compile(rb"<!ENTITY[^>]*\b(SYSTEM|PUBLIC)\b", re.I)
 
 
 class CFRParseError(ValueError):
@@ -96,13 +97,19 @@ def _check_prolog(head: bytes, source: str, complete: bool) -> bool:
     doctype = _DOCTYPE.search(prolog)
     if doctype:
         decl = prolog[doctype.start():]
+        if _EXTERNAL_ENTITY.search(decl):
+            raise XMLSecurityError(
+                source,
+                "DOCTYPE declares an external entity (<!ENTITY ... SYSTEM/PUBLIC ...>); refused (XXE)",
+                line=prolog[: doctype.start()].count(b"\n") + 1,
+            )
         if _ENTITY_DECL.search(decl):
             raise XMLSecurityError(
                 source,
                 "DOCTYPE declares entities (<!ENTITY ...>); refused to avoid entity expansion (billion laughs)",
                 line=prolog[: doctype.start()].count(b"\n") + 1,
             )
-        if _EXTERNAL_ID.search(decl.split(b"[", 1)[0]) or _EXTERNAL_ID.search(decl):
+        if _EXTERNAL_ID.search(decl):
             raise XMLSecurityError(
                 source,
                 "DOCTYPE references an external DTD or entity (SYSTEM/PUBLIC); refused (XXE)",
@@ -175,7 +182,12 @@ def check_doctype(tree: etree._ElementTree, source: str) -> None:
     if info.system_url or info.public_id:
         raise XMLSecurityError(source, "DOCTYPE references an external DTD (SYSTEM/PUBLIC); refused (XXE)")
     dtd = info.internalDTD
-    if dtd is not None and any(True for _ in dtd.iterentities()):
+    if dtd is None:
+        return
+    entities = list(dtd.iterentities())
+    if any(e.system_url for e in entities):
+        raise XMLSecurityError(source, "DOCTYPE declares an external entity (SYSTEM); refused (XXE)")
+    if entities:
         raise XMLSecurityError(source, "DOCTYPE declares entities; refused to avoid entity expansion")
 
 
