@@ -1,0 +1,158 @@
+"""Every threshold and weight of the scorer, in one place, and the inline confidence (pure functions).
+
+``ScorerThresholds`` holds the defaults; ``ScorerThresholds.from_settings(settings)`` takes the values the
+settings own (confidence weights, tiers, ``not_found_min_similarity``) and ``.replace(**kw)`` overrides any
+other for calibration on the evaluation set.
+
+Confidence (no judge call):
+
+- ``retrieval_score`` = mean cosine similarity of the top-3 retrieved (active) sections, ``None`` counting as
+  0; with fewer than 3 hits the mean is over the hits there are; no hits: 0.
+- ``citation_coverage`` = share of the distinct CFR references written in the generated text (plain + legal)
+  that are in the retrieved set (a whole-part reference counts when a retrieved section is in that part).
+  When the text cites nothing, the structured fields stand in: the share of the answer's ``citations`` and
+  verified ``quotes`` whose cfr_ref is in the retrieved set; when those are empty too, coverage is 0 (the answer
+  shows no grounding).
+- ``score`` = w_r * retrieval_score + w_c * citation_coverage.
+- tier: ``not_found`` when the pre-gate found nothing relevant; else high >= tier_high, medium >= tier_medium,
+  else low.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterable, Sequence
+
+from shared.messages import Confidence
+
+from services.scorer.support import SupportThresholds
+
+
+@dataclass(frozen=True)
+class ScorerThresholds:
+    # --- confidence (settings) ----------------------------------------------------------------------
+    weight_retrieval: float = 0.35
+    weight_coverage: float = 0.65
+    tier_high: float = 0.75
+    tier_medium: float = 0.50
+    retrieval_top_n: int = 3
+
+    # --- not_found ------------------------------------------------------------------------------------
+    # relevance = top1_similarity + coverage_weight*(term_coverage - coverage_center)
+    #             + agreement_bonus*agreement + margin_weight*similarity_margin
+    # not_found when relevance < not_found_min_similarity (settings), unless a cited section exists or a
+    # heading-named subject matched a retrieved section.
+    not_found_min_similarity: float = 0.30
+    coverage_weight: float = 0.20
+    coverage_center: float = 0.50
+    agreement_bonus: float = 0.05
+    agreement_top_n: int = 3  # the same section within this many places of both rankings
+    margin_weight: float = 0.0
+    hard_floor_similarity: float = 0.15  # below this top-1 cosine nothing else rescues it (bar citations)
+
+    # --- authority -------------------------------------------------------------------------------------
+    editorial_only_text_coverage: float = 0.25  # text+heading cover less than this of the question ...
+    editorial_only_notes_coverage: float = 0.60  # ... while the notes cover at least this: editorial-only match
+    authority_margin: float = 0.10  # best entitled hit this far below an unentitled top hit -> below_authority
+
+    # --- divergent / conflicting -----------------------------------------------------------------------
+    pool_size: int = 8  # top entitled hits looked at for siblings and conflicts
+    sibling_similarity_window: float = 0.12  # siblings within this cosine of the best sibling
+    min_siblings: int = 2
+    figure_window_tokens: int = 10  # a figure belongs to a key term within this many tokens
+    conflict_similarity_window: float = 0.08  # both conflicting hits within this of the top hit
+    conflict_min_similarity_over_threshold: float = 0.05  # and this far above the not_found threshold
+    conflict_min_term_overlap: int = 2  # question terms (or anchor figures) the figure's clause must share
+
+    # --- stale -----------------------------------------------------------------------------------------
+    stale_similarity_margin: float = 0.08  # superseded match this much better than the best active hit
+
+    # --- post-gate -------------------------------------------------------------------------------------
+    allow_question_figures: bool = True  # a figure the question itself states may be repeated
+    support: SupportThresholds = field(default_factory=SupportThresholds)
+
+    @classmethod
+    def from_settings(cls, settings, **overrides) -> "ScorerThresholds":
+        base = cls(
+            weight_retrieval=settings.confidence_weight_retrieval,
+            weight_coverage=settings.confidence_weight_coverage,
+            tier_high=settings.tier_high,
+            tier_medium=settings.tier_medium,
+            not_found_min_similarity=settings.not_found_min_similarity,
+        )
+        return replace(base, **overrides) if overrides else base
+
+    def replace(self, **overrides) -> "ScorerThresholds":
+        return replace(self, **overrides)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def retrieval_score(similarities: Sequence[float | None], top_n: int = 3) -> float:
+    top = [s if s is not None else 0.0 for s in list(similarities)[:top_n]]
+    return sum(top) / len(top) if top else 0.0
+
+
+def tier_for(score: float, thresholds: ScorerThresholds, not_found: bool = False) -> str:
+    if not_found:
+        return "not_found"
+    if score >= thresholds.tier_high - 1e-12:
+        return "high"
+    if score >= thresholds.tier_medium - 1e-12:
+        return "medium"
+    return "low"
+
+
+def citation_coverage(
+    text_refs: Iterable[str],
+    retrieved_refs: Iterable[str],
+    *,
+    structured_refs: Iterable[str] = (),
+    retrieved_parts: Iterable[tuple[int, str]] = (),
+) -> tuple[float, str]:
+    """(coverage, basis). ``basis`` is "text", "structured" or "none" (see module doc)."""
+    retrieved = set(retrieved_refs)
+    parts = set(retrieved_parts)
+
+    def covered(ref: str) -> bool:
+        if ref in retrieved:
+            return True
+        if " CFR part " in ref:
+            title, part = ref.split(" CFR part ")
+            return (int(title), part) in parts
+        return False
+
+    refs = sorted(set(text_refs))
+    if refs:
+        return sum(covered(r) for r in refs) / len(refs), "text"
+    structured = list(structured_refs)
+    if structured:
+        return sum(covered(r) for r in structured) / len(structured), "structured"
+    return 0.0, "none"
+
+
+def compute_confidence(
+    similarities: Sequence[float | None],
+    coverage: float,
+    thresholds: ScorerThresholds = ScorerThresholds(),
+    *,
+    not_found: bool = False,
+    signals: dict[str, float] | None = None,
+) -> Confidence:
+    """The composite confidence: pure, so the eval harness can recalibrate weights and tiers."""
+    r = retrieval_score(similarities, thresholds.retrieval_top_n)
+    score = thresholds.weight_retrieval * r + thresholds.weight_coverage * coverage
+    all_signals = {
+        "retrieval_score": r,
+        "citation_coverage": coverage,
+        "weight_retrieval": thresholds.weight_retrieval,
+        "weight_coverage": thresholds.weight_coverage,
+    }
+    all_signals.update(signals or {})
+    return Confidence(
+        score=round(score, 6),
+        tier=tier_for(score, thresholds, not_found),
+        retrieval_score=round(r, 6),
+        citation_coverage=round(coverage, 6),
+        signals={k: float(v) for k, v in all_signals.items()},
+    )

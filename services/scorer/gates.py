@@ -1,0 +1,989 @@
+"""The evidence gates: before generation (``pre_gate``) and after it (``post_gate``).
+
+Both are plain functions of their inputs and a ``ScorerThresholds`` (see ``confidence.py``), so the eval
+harness can call and recalibrate them without the bus. Every refusal names its reason, says one plain
+sentence, and carries its evidence (cfr_ref, version_id, source_date, status, the figures involved).
+
+Pre-gate order (first that applies wins):
+
+1. the question cites only sections/parts the corpus does not hold -> ``stale`` when a superseded version
+   of the cited section is stored (removed since), else ``not_found`` naming the citation;
+2. the question names a CFR title the corpus does not hold -> ``not_found`` naming it;
+3. nothing retrieved -> ``not_found`` (or ``stale`` when only superseded text matches);
+4. the best superseded match is clearly better than the best active hit -> ``stale``;
+5. the relevance signal (top-1 cosine, question-term coverage, dense/full-text agreement, margin) is below
+   threshold and no cited section / heading-named subject backs the retrieval -> ``not_found``;
+6. the question names a date before the top section's current text took effect -> ``stale``;
+7. the only relevant support is not entitled to settle it (reserved, removed, editorial-only, unnamed
+   appendix) -> ``below_authority``;
+8. near-identical sibling sections, none singled out by the question, give different figures for the
+   question's terms -> ``divergent`` (asks which one);
+9. two strongly matched, non-sibling active sections give different figures for the same term ->
+   ``conflicting``;
+10. otherwise proceed with the entitled sections (a named sibling first, other siblings dropped).
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from shared.messages import (
+    Citation,
+    Evidence,
+    GenerateResult,
+    Hit,
+    PostGateRequest,
+    PostGateResult,
+    PreGateRequest,
+    PreGateResult,
+    Quote,
+    Refusal,
+    RetrieveResult,
+    SentenceSupport,
+)
+
+from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence
+from services.scorer.figures import (
+    Figure,
+    extract_figures,
+    find_cfr_refs,
+    format_figure,
+    latest_date,
+    normalise_text,
+)
+from services.scorer.support import (
+    QUESTION_FRAME,
+    STOPWORDS,
+    UNIT_WORDS,
+    SentenceEmbeddingCache,
+    claim_support,
+    content_words,
+    split_sentences,
+    stem,
+    stem_set,
+    term_coverage,
+    tokens,
+)
+
+# heading words that never make a family of sibling sections
+_GENERIC_HEADING = frozenset(
+    stem(w)
+    for w in """general definitions definition provisions provision applicability scope purpose requirements
+    requirement specific other related certain special miscellaneous exemptions exemption procedures procedure
+    products product""".split()
+)
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+# --------------------------------------------------------------------------------------------
+def _sim(hit: Hit) -> float:
+    return float(hit.similarity) if hit.similarity is not None else 0.0
+
+
+def _evidence(hit: Hit, figures: list[str] | None = None, detail: str | None = None) -> Evidence:
+    return Evidence(
+        cfr_ref=hit.cfr_ref, heading=hit.heading, version_id=hit.version_id, source_date=hit.source_date,
+        status=hit.status, figures=figures or [], detail=detail,
+    )
+
+
+def _join(items: list[str], conj: str = "and") -> str:
+    items = [i for i in items if i]
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + f" {conj} " + items[-1]
+
+
+def _citation_ref(c) -> str:
+    if c.title is None:
+        return c.raw
+    if c.section:
+        return f"{c.title} CFR {c.section}"
+    if c.part:
+        return f"{c.title} CFR part {c.part}"
+    return f"title {c.title}"
+
+
+def _short_question(question: str, limit: int = 90) -> str:
+    q = re.sub(r"\s+", " ", question).strip().rstrip("?.! ")
+    if len(q) > limit:
+        q = q[: limit - 1].rsplit(" ", 1)[0] + "…"
+    return f"“{q}”"
+
+
+def _refuse(reason: str, message: str, evidence: list[Evidence], signals: dict[str, float]) -> PreGateResult:
+    return PreGateResult(proceed=False, refusal=Refusal(reason=reason, message=message, evidence=evidence),
+                         sections=[], signals=signals)
+
+
+def _iso(date: str | None) -> str | None:
+    return date[:10] if date else None
+
+
+def _human_date(iso: str | None) -> str:
+    if not iso:
+        return "an unknown date"
+    months = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+              "November", "December"]
+    try:
+        y, m, d = (int(x) for x in iso[:10].split("-"))
+        return f"{months[m - 1]} {d}, {y}"
+    except (ValueError, IndexError):
+        return iso
+
+
+# --------------------------------------------------------------------------------------------
+# entitlement: which text may settle a question
+# --------------------------------------------------------------------------------------------
+def appendix_named(question: str, hit: Hit) -> bool:
+    """An appendix is guidance unless the question names it ("appendix B to part 101")."""
+    q = question.lower()
+    if "appendix" not in q and "appendices" not in q:
+        return False
+    m = re.search(r"appendix\s+([a-z0-9]+)", hit.section.lower())
+    letter = m.group(1) if m else ""
+    named_letter = re.findall(r"appendix\s+([a-z0-9]+)\b", q)
+    if letter and named_letter:
+        return letter in named_letter and (hit.part in q or "part" not in q)
+    return hit.part in q or not named_letter
+
+
+def entitlement(hit: Hit, question: str, th: ScorerThresholds) -> str | None:
+    """None when the hit may settle the question, else why not."""
+    if hit.status != "active":
+        return "superseded"
+    if hit.removed:
+        return "removed"
+    if hit.reserved or re.fullmatch(r"\s*\[?reserved\]?\.?\s*", hit.text or "", re.I) and (
+        not hit.text.strip() or "reserved" in hit.text.lower()
+    ):
+        return "reserved"
+    body = (hit.text or "").strip()
+    notes = " ".join(hit.editorial_notes + ([hit.source_note] if hit.source_note else []))
+    if not body:
+        return "editorial" if notes else "empty"
+    if hit.kind == "appendix" and not appendix_named(question, hit):
+        return "appendix"
+    if notes:
+        cov_text = term_coverage(question, f"{hit.heading}\n{body}")
+        cov_notes = term_coverage(question, notes)
+        if cov_text < th.editorial_only_text_coverage and cov_notes >= th.editorial_only_notes_coverage:
+            return "editorial"
+    return None
+
+
+_ENTITLEMENT_WORDS = {
+    "reserved": "is reserved and holds no rule text",
+    "removed": "has been removed",
+    "editorial": "matches only in its editorial notes or source citation, not in its rule text",
+    "empty": "holds no rule text",
+    "appendix": "is an appendix, which is guidance rather than a rule",
+    "superseded": "is superseded",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# figures relevant to a question inside a section
+# --------------------------------------------------------------------------------------------
+_CLAUSE_SPLIT = re.compile(r";\s+|,\s+(?=(?:and|but|or|except|provided|unless|whichever)\b)|(?<=[a-z0-9)%])\.\s+(?=[A-Z(])")
+
+
+@dataclass
+class FigureHit:
+    figure: Figure
+    overlap: int  # question terms (and anchor figures) the clause shares
+    anchored: bool
+    clause: str
+
+
+def _clauses(text: str) -> list[tuple[str, str]]:
+    """(clause, context) pairs; table rows take the preceding prose line as context."""
+    out = []
+    context = ""
+    for line in (text or "").split("\n"):
+        line = line.strip()
+        if not line:
+            continue
+        if " | " in line:
+            out.append((line, context))
+            continue
+        context = line
+        for clause in _CLAUSE_SPLIT.split(line):
+            if clause.strip():
+                out.append((clause.strip(), ""))
+    return out
+
+
+def relevant_figures(text: str, key_stems: set[str], anchors: list[Figure], window: int = 10) -> list[FigureHit]:
+    """Figures of ``text`` that answer the question's key terms.
+
+    A clause containing one of the question's own figures (an anchor, e.g. "30 minutes") gives its other
+    figures; otherwise each key-term occurrence takes the nearest figure with a unit within ``window``
+    tokens (after it preferred).
+    """
+    hits: list[FigureHit] = []
+    for clause, context in _clauses(text):
+        figs = [f for f in extract_figures(clause) if f.unit and f.unit not in ("year",)]
+        if not figs:
+            continue
+        words = [(m.start(), stem(m.group(0))) for m in re.finditer(r"[A-Za-z][A-Za-z'\-]*", clause)]
+        clause_stems = {s for _, s in words} | (stem_set(context) if context else set())
+        anchor_figs = [f for f in figs if any(f.matches(a) and f.unit == a.unit for a in anchors)]
+        overlap = len(key_stems & clause_stems) + len(anchor_figs)
+        if anchor_figs:
+            for f in figs:
+                if f not in anchor_figs:
+                    hits.append(FigureHit(f, overlap, True, clause))
+            continue
+        if not key_stems & clause_stems:
+            continue
+        if context and not key_stems & {s for _, s in words}:
+            # table row without anchors: the row's figures all belong to the context's terms
+            for f in figs:
+                hits.append(FigureHit(f, overlap, False, clause))
+            continue
+        # token index of each figure and each key term
+        tok_pos = [m.start() for m in re.finditer(r"\S+", clause)]
+
+        def tok_index(char: int) -> int:
+            lo = 0
+            for i, p in enumerate(tok_pos):
+                if p <= char:
+                    lo = i
+            return lo
+
+        fig_idx = [(tok_index(f.start), tok_index(max(f.start, f.end - 1)), f) for f in figs]
+        chosen: set[int] = set()
+        for start, s in words:
+            if s not in key_stems:
+                continue
+            k = tok_index(start)
+            best = None
+            for j, (fs, fe, f) in enumerate(fig_idx):
+                if fs > k:
+                    d = fs - k
+                    score = d
+                else:
+                    d = k - fe
+                    score = d + 0.5  # figures after the term win ties
+                if d <= window and (best is None or score < best[0]):
+                    best = (score, j)
+            if best is not None:
+                chosen.add(best[1])
+        for j in sorted(chosen):
+            hits.append(FigureHit(fig_idx[j][2], overlap, False, clause))
+    return hits
+
+
+def primary_figures(text: str, key_stems: set[str], anchors: list[Figure], window: int = 10,
+                    min_overlap: int = 1) -> tuple[list[Figure], int]:
+    """The figures of the best-matching clauses (highest overlap), de-duplicated, and that overlap."""
+    found = relevant_figures(text, key_stems, anchors, window)
+    if any(h.anchored for h in found):
+        found = [h for h in found if h.anchored]
+    if not found:
+        return [], 0
+    best = max(h.overlap for h in found)
+    if best < min_overlap:
+        return [], best
+    out: list[Figure] = []
+    for h in found:
+        if h.overlap == best and not any(h.figure.key == o.key for o in out):
+            out.append(h.figure)
+    return out, best
+
+
+def _fig_text(figs: list[Figure]) -> str:
+    return _join([f.key for f in figs], "or")
+
+
+# --------------------------------------------------------------------------------------------
+# question analysis
+# --------------------------------------------------------------------------------------------
+@dataclass
+class QuestionTerms:
+    stems: set[str]  # all content stems
+    key: set[str]  # content stems minus framing and unit words
+    anchors: list[Figure]  # the question's own figures with units
+    surface: list[str]  # lower-case words in order (for phrasing messages)
+
+
+def analyse_question(question: str) -> QuestionTerms:
+    stems = set(content_words(question))
+    key = set(content_words(question, drop=QUESTION_FRAME | UNIT_WORDS))
+    anchors = [f for f in extract_figures(question) if f.unit and f.unit not in ("date", "year")]
+    return QuestionTerms(stems, key, anchors, tokens(question))
+
+
+_TEMPORAL_BEFORE = re.compile(
+    r"(?:\b(?:in|as of|before|during|on|prior to|until|back in|circa|effective|of|from|for)\s+(?:(?:early|late|mid)[\s-]+)?"
+    r"(?:the\s+)?(?:year\s+)?)$",
+    re.I,
+)
+_TEMPORAL_AFTER = re.compile(r"^\s*(?:version|edition|rule|rules|regulation|regulations|standard|text|cfr|amendment)\b", re.I)
+
+
+def question_dates(question: str) -> list[str]:
+    """Point-in-time dates the question asks about ("in 1991", "as of March 1, 2015", "the 2010 rule"), ISO.
+
+    A bare year is taken as its last day (a question about 1991 is before a 1993 amendment, not before a
+    1991-06 one), except with "before"/"prior to".
+    """
+    out = []
+    for f in extract_figures(question):
+        if f.unit not in ("date", "year"):
+            continue
+        before = question[max(0, f.start - 30):f.start]
+        after = question[f.end:f.end + 20]
+        if not (_TEMPORAL_BEFORE.search(before) or _TEMPORAL_AFTER.match(after)):
+            continue
+        strict_before = bool(re.search(r"\b(?:before|prior to|until)\s+$", before, re.I))
+        if f.unit == "year":
+            y = int(f.value)
+            out.append(f"{y:04d}-01-01" if strict_before else f"{y:04d}-12-31")
+        else:
+            v = int(f.value)
+            y, m, d = v // 10000, (v // 100) % 100, v % 100
+            out.append(f"{y:04d}-{m:02d}-{d if d else 28:02d}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# siblings
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Family:
+    word: str  # stem
+    surface: str  # "cheese"
+    members: list[Hit]
+    named: list[Hit] = field(default_factory=list)
+
+
+def _heading_stems(hit: Hit) -> set[str]:
+    return {s for s in content_words(hit.heading) if s not in _GENERIC_HEADING and len(s) > 2}
+
+
+def find_family(pool: list[Hit], th: ScorerThresholds) -> Family | None:
+    """Sibling sections among the pool: same title and part, headings sharing a family word, similar cosine."""
+    if len(pool) < th.min_siblings:
+        return None
+    groups: dict[tuple[int, str, str], list[Hit]] = {}
+    for h in pool:
+        for w in _heading_stems(h):
+            groups.setdefault((h.title, h.part, w), []).append(h)
+    top3 = {h.cfr_ref for h in pool[:3]}
+    best: Family | None = None
+    for (title, part, w), members in groups.items():
+        if len(members) < th.min_siblings or len({m.cfr_ref for m in members} & top3) < min(2, len(top3)):
+            continue
+        sims = [m.similarity for m in members if m.similarity is not None]
+        if sims:
+            top = max(sims)
+            members = [m for m in members if m.similarity is None or m.similarity >= top - th.sibling_similarity_window]
+        if len(members) < th.min_siblings:
+            continue
+        if best is None or len(members) > len(best.members):
+            surfaces = [t for m in members for t in tokens(m.heading) if stem(t) == w]
+            surface = min(surfaces, key=len) if surfaces else w
+            best = Family(w, surface, members)
+    return best
+
+
+def _member_name(hit: Hit, family: Family) -> str:
+    words = [t for t in re.findall(r"[\w'’-]+", hit.heading) if stem(t.lower()) != family.word]
+    name = " ".join(words).strip().lower()
+    name = re.sub(r"^(?:and|or)\s+|\s+(?:and|or)$", "", name)
+    return name or hit.heading.lower()
+
+
+def named_members(family: Family, question: str, retrieval: RetrieveResult, q: QuestionTerms) -> list[Hit]:
+    """Members the question singles out: by citation, by a heading-named subject, or by heading words."""
+    refs = {m.cfr_ref: m for m in family.members}
+    cited = [refs[_citation_ref(c)] for c in retrieval.scope.citations if c.exists and _citation_ref(c) in refs]
+    if cited:
+        return cited
+    for subject in retrieval.scope.subjects:
+        matched = [refs[r] for r in subject.cfr_refs if r in refs]
+        if matched and len(matched) < len(family.members):
+            return _best_named(matched, family, q) or matched
+    named = [m for m in family.members if (_heading_stems(m) - {family.word}) & q.stems]
+    if not named or len(named) == len(family.members):
+        return []
+    return _best_named(named, family, q)
+
+
+def _best_named(named: list[Hit], family: Family, q: QuestionTerms) -> list[Hit]:
+    """Among named members, those whose distinguishing heading words the question covers best."""
+    def share(h: Hit) -> float:
+        dist = _heading_stems(h) - {family.word}
+        return len(dist & q.stems) / len(dist) if dist else 0.0
+
+    scores = {h.cfr_ref: share(h) for h in named}
+    top = max(scores.values())
+    return [h for h in named if scores[h.cfr_ref] >= top - 1e-9]
+
+
+# --------------------------------------------------------------------------------------------
+# the pre-generation gate
+# --------------------------------------------------------------------------------------------
+def _searched_titles(retrieval: RetrieveResult, corpus_titles: list[int] | None) -> str:
+    titles = retrieval.scope.titles or corpus_titles or sorted({h.title for h in retrieval.hits + retrieval.superseded})
+    if not titles:
+        return "the whole corpus"
+    names = [str(t) for t in sorted(set(titles))]
+    return ("title " if len(names) == 1 else "titles ") + _join(names)
+
+
+def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThresholds) -> dict[str, float]:
+    hits = retrieval.hits
+    scope = retrieval.scope
+    sims = sorted((_sim(h) for h in hits), reverse=True)
+    s1 = sims[0] if sims else 0.0
+    s2 = sims[1] if len(sims) > 1 else 0.0
+    any_similarity = any(h.similarity is not None for h in hits)
+    cov = 0.0
+    closest = max(hits, key=_sim) if hits else None
+    for h in [x for x in (hits[:1] + ([closest] if closest else [])) if x is not None]:
+        cov = max(cov, term_coverage(question, f"{h.heading}\n{h.text}"))
+    n = th.agreement_top_n
+    agreement = any(
+        h.dense_rank is not None and h.fulltext_rank is not None and h.dense_rank <= n and h.fulltext_rank <= n
+        for h in hits[: max(n, 1)]
+    )
+    score_margin = 0.0
+    if len(hits) > 1 and hits[0].score:
+        score_margin = (hits[0].score - hits[1].score) / abs(hits[0].score)
+    hit_refs = {h.cfr_ref for h in hits}
+    subject_match = any(set(s.cfr_refs) & hit_refs for s in scope.subjects)
+    cited_exists = any(c.exists for c in scope.citations)
+    cited_missing = len(scope.missing_citations) + sum(1 for c in scope.citations if not c.exists and c not in scope.missing_citations)
+    if any_similarity:
+        relevance = (s1 + th.coverage_weight * (cov - th.coverage_center) + th.agreement_bonus * agreement
+                     + th.margin_weight * (s1 - s2))
+    else:  # full-text only: question-term coverage carries it
+        relevance = th.not_found_min_similarity + th.coverage_weight * 2 * (cov - 0.6)
+    sup_best = max((_sim(h) for h in retrieval.superseded), default=0.0)
+    return {
+        "top1_similarity": s1,
+        "top2_similarity": s2,
+        "similarity_margin": s1 - s2,
+        "score_margin": score_margin,
+        "term_coverage": cov,
+        "dense_fulltext_agreement": float(agreement),
+        "subject_match": float(subject_match),
+        "cited_exists": float(cited_exists),
+        "cited_missing": float(cited_missing),
+        "unsupported_titles": float(len(scope.unsupported_titles)),
+        "hits": float(len(hits)),
+        "superseded_top_similarity": sup_best,
+        "relevance": relevance,
+        "relevance_threshold": th.not_found_min_similarity,
+    }
+
+
+def _not_found_message(question: str, retrieval: RetrieveResult, corpus_titles, closest: Hit | None) -> str:
+    where = _searched_titles(retrieval, corpus_titles)
+    tail = f"; closest was {closest.cfr_ref}, similarity {_sim(closest):.2f}" if closest is not None else ""
+    return f"No regulation in this corpus addresses {_short_question(question)} (searched {where}{tail})."
+
+
+def _active_since(hit: Hit, superseded: list[Hit]) -> str | None:
+    """When the active text took its current form: the source note's last amendment, else the version date."""
+    old = [s for s in superseded if s.cfr_ref == hit.cfr_ref and s.source_date]
+    amended = latest_date(hit.source_note)
+    if old:
+        newest_old = max(_iso(s.source_date) for s in old)
+        if amended and amended > newest_old:
+            return amended
+        return _iso(hit.source_date) or amended
+    return amended or None
+
+
+def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | None = None, *,
+             corpus_titles: list[int] | None = None) -> PreGateResult:
+    th = th or ScorerThresholds()
+    scope = retrieval.scope
+    hits = [h for h in retrieval.hits if h.status == "active"]
+    superseded = sorted(retrieval.superseded, key=_sim, reverse=True)
+    signals = compute_signals(question, retrieval, th)
+    q = analyse_question(question)
+
+    # 1. citations the corpus does not hold ---------------------------------------------------------
+    cited_existing = [c for c in scope.citations if c.exists]
+    missing = list(scope.missing_citations) + [c for c in scope.citations if not c.exists and c not in scope.missing_citations]
+    if missing and not cited_existing:
+        for c in missing:
+            ref = _citation_ref(c)
+            old = [s for s in superseded if s.cfr_ref == ref]
+            if old:
+                s = old[0]
+                return _refuse(
+                    "stale",
+                    f"{ref} exists only in a superseded version (source date {_iso(s.source_date)}); "
+                    f"it is no longer in force, so it cannot answer the question.",
+                    [_evidence(s, detail="superseded version; no active version of this section is held")],
+                    signals,
+                )
+        refs = _join([_citation_ref(c) for c in missing])
+        where = _searched_titles(retrieval, corpus_titles)
+        return _refuse(
+            "not_found",
+            f"This corpus does not hold {refs}, so no regulation here answers the question (searched {where}).",
+            [Evidence(cfr_ref=_citation_ref(c), detail=f"cited in the question as “{c.raw}”; not in the corpus")
+             for c in missing],
+            signals,
+        )
+
+    # 2. titles the corpus does not hold ------------------------------------------------------------
+    if scope.unsupported_titles and not cited_existing and not scope.titles:
+        names = _join([str(t) for t in scope.unsupported_titles])
+        plural = "s" if len(scope.unsupported_titles) > 1 else ""
+        return _refuse(
+            "not_found",
+            f"The question is about CFR title{plural} {names}, which this corpus does not hold "
+            f"(searched {_searched_titles(retrieval, corpus_titles)}).",
+            [Evidence(cfr_ref=f"{t} CFR", detail="title not in the corpus") for t in scope.unsupported_titles],
+            signals,
+        )
+
+    best_active = max(hits, key=_sim) if hits else None
+    best_active_sim = _sim(best_active) if best_active else 0.0
+
+    # 3./4. superseded text matches better than anything active ---------------------------------------
+    if superseded:
+        s = superseded[0]
+        if _sim(s) >= th.not_found_min_similarity and _sim(s) >= best_active_sim + th.stale_similarity_margin:
+            current = next((h for h in hits if h.cfr_ref == s.cfr_ref), best_active)
+            ev = [_evidence(s, detail="superseded version: the best match for the question")]
+            key_figs = primary_figures(s.text, q.key, q.anchors, th.figure_window_tokens)[0]
+            ev[0].figures = [f.key for f in key_figs]
+            if current is not None:
+                cur_figs = primary_figures(current.text, q.key, q.anchors, th.figure_window_tokens)[0]
+                ev.append(_evidence(current, [f.key for f in cur_figs], detail="active version"))
+                msg = (f"The best match is the superseded version of {s.cfr_ref} (source date {_iso(s.source_date)}); "
+                       f"the text in force is {current.cfr_ref} as of {_iso(current.source_date)}, so an answer from the "
+                       f"old text would be out of date.")
+            else:
+                msg = (f"The only matching text is a superseded version of {s.cfr_ref} (source date "
+                       f"{_iso(s.source_date)}), so it cannot answer for the rules now in force.")
+            return _refuse("stale", msg, ev, signals)
+
+    if not hits:
+        return _refuse("not_found", _not_found_message(question, retrieval, corpus_titles, None), [], signals)
+
+    # 5. nothing relevant -------------------------------------------------------------------------------
+    backed = signals["cited_exists"] > 0 or signals["subject_match"] > 0
+    weak = signals["top1_similarity"] < th.hard_floor_similarity and any(h.similarity is not None for h in hits)
+    if not backed and (weak or signals["relevance"] < th.not_found_min_similarity):
+        closest = best_active if best_active is not None and best_active.similarity is not None else hits[0]
+        return _refuse(
+            "not_found",
+            _not_found_message(question, retrieval, corpus_titles, closest),
+            [_evidence(closest, detail=f"closest match, similarity {_sim(closest):.2f}; relevance "
+                                       f"{signals['relevance']:.2f} below {th.not_found_min_similarity:.2f}")],
+            signals,
+        )
+
+    # 6. a date before the current text ----------------------------------------------------------------
+    dates = question_dates(question)
+    if dates:
+        cited_hits = [h for h in hits if any(c.exists and _citation_ref(c) == h.cfr_ref for c in scope.citations)]
+        target = cited_hits[0] if cited_hits else hits[0]
+        since = _active_since(target, superseded)
+        asked = min(dates)
+        if since and asked < since:
+            old = [s for s in superseded if s.cfr_ref == target.cfr_ref]
+            ev = [_evidence(target, [f.key for f in primary_figures(target.text, q.key, q.anchors)[0]],
+                            detail=f"active version; current text in force since {since}")]
+            for s in old[:2]:
+                ev.append(_evidence(s, [f.key for f in primary_figures(s.text, q.key, q.anchors)[0]],
+                                    detail="superseded version"))
+            earlier = (f"; the earlier version (source date {_iso(old[0].source_date)}) is superseded"
+                       if old else "; the earlier text is not held in this corpus")
+            return _refuse(
+                "stale",
+                f"{target.cfr_ref} has read as it does now only since {_human_date(since)}, so it cannot say what "
+                f"applied on {_human_date(asked) if len(asked) == 10 and not asked.endswith('-12-31') else asked[:4]}"
+                f"{earlier}.",
+                ev,
+                signals,
+            )
+
+    # 7. authority ----------------------------------------------------------------------------------------
+    why = {h.cfr_ref: entitlement(h, question, th) for h in hits}
+    entitled = [h for h in hits if why[h.cfr_ref] is None]
+    unentitled = [h for h in hits if why[h.cfr_ref] is not None]
+    signals["entitled_hits"] = float(len(entitled))
+    cited_hits = [h for h in hits if any(c.exists and _citation_ref(c) == h.cfr_ref for c in scope.citations)]
+    cited_all_unentitled = bool(cited_hits) and all(why[h.cfr_ref] for h in cited_hits)
+    below = not entitled or cited_all_unentitled
+    if not below and unentitled and not signals["cited_exists"]:
+        best_ent = max(entitled, key=_sim)
+        top_un = max(unentitled, key=_sim)
+        ent_relevance = (_sim(best_ent) + th.coverage_weight
+                         * (term_coverage(question, f"{best_ent.heading}\n{best_ent.text}") - th.coverage_center))
+        signals["entitled_relevance"] = ent_relevance
+        if (_sim(top_un) - _sim(best_ent) >= th.authority_margin and ent_relevance < th.not_found_min_similarity
+                and not signals["subject_match"]):
+            below = True
+    if below:
+        shown = (cited_hits if cited_all_unentitled else unentitled)[:3]
+        ev = [_evidence(h, detail=f"{h.cfr_ref} {_ENTITLEMENT_WORDS[why[h.cfr_ref]]}") for h in shown]
+        first = shown[0]
+        return _refuse(
+            "below_authority",
+            f"The only support is {first.cfr_ref}, which {_ENTITLEMENT_WORDS[why[first.cfr_ref]]}, so it is not "
+            f"entitled to settle the question.",
+            ev,
+            signals,
+        )
+
+    # 8. siblings: divergent, or the one the question names ----------------------------------------------
+    pool = entitled[: th.pool_size]
+    family = find_family(pool, th)
+    sections = list(entitled)
+    key = set(q.key)
+    if family is not None:
+        key -= {family.word}
+        named = named_members(family, question, retrieval, q)
+        family.named = named
+        signals["siblings"] = float(len(family.members))
+        signals["siblings_named"] = float(len(named))
+        key -= {s for m in family.members for s in _heading_stems(m)}
+        candidates = named if len(named) > 1 else ([] if named else family.members)
+        per_member = []
+        for m in candidates:
+            figs, _ = primary_figures(m.text, key, q.anchors, th.figure_window_tokens)
+            if figs:
+                per_member.append((m, figs))
+        if len(per_member) >= 2:
+            units = Counter(f.unit for _, figs in per_member for f in figs)
+            unit = units.most_common(1)[0][0]
+            values = {}
+            for m, figs in per_member:
+                vals = tuple(sorted({f.value for f in figs if f.unit == unit}))
+                if vals:
+                    values[m.cfr_ref] = vals
+            signals["sibling_distinct_figures"] = float(len(set(values.values())))
+            if len(set(values.values())) > 1:
+                listed = [(m, [f for f in figs if f.unit == unit]) for m, figs in per_member if m.cfr_ref in values]
+                parts = sorted({m.part for m, _ in listed})
+                title = listed[0][0].title
+                phrase = _term_phrase(question, key) or "figures"
+                plural = family.surface if family.surface.endswith("s") else family.surface + "s"
+                items = [f"{_member_name(m, family)} {_fig_text(figs)}" for m, figs in listed[:6]]
+                more = ", …" if len(listed) > 6 else ""
+                where = f"{title} CFR part{'s' if len(parts) > 1 else ''} {_join(parts)}"
+                return _refuse(
+                    "divergent",
+                    f"{where} sets different {phrase} levels for different {plural} — {', '.join(items)}{more} — "
+                    f"which {family.surface} do you mean?",
+                    [_evidence(m, [f.key for f in figs], detail=f"{m.heading}: {_fig_text(figs)}") for m, figs in listed],
+                    signals,
+                )
+        if named:
+            # proceed with the named member(s), the siblings their text relies on, and non-siblings
+            member_refs = {m.cfr_ref for m in family.members}
+            named_refs = {m.cfr_ref for m in named}
+            relied = {r.cfr_ref for m in named for r in find_cfr_refs(m.text, m.title)}
+            sections = (named + [h for h in entitled if h.cfr_ref in relied and h.cfr_ref not in named_refs]
+                        + [h for h in entitled if h.cfr_ref not in member_refs])
+
+    # 9. conflicting --------------------------------------------------------------------------------------
+    top_sim = max((_sim(h) for h in sections), default=0.0)
+    strong = [h for h in sections[: th.pool_size]
+              if _sim(h) >= top_sim - th.conflict_similarity_window
+              and _sim(h) >= th.not_found_min_similarity + th.conflict_min_similarity_over_threshold][:5]
+    family_refs = {m.cfr_ref for m in family.members} if family else set()
+    conflict_key = set(q.key) - ({family.word} if family else set())
+    figs_of = {h.cfr_ref: primary_figures(h.text, conflict_key, q.anchors, th.figure_window_tokens,
+                                          th.conflict_min_term_overlap) for h in strong}
+    for a, b in itertools.combinations(strong, 2):
+        if a.cfr_ref in family_refs and b.cfr_ref in family_refs:
+            continue  # siblings are a divergence question, settled above
+        if a.kind != b.kind:
+            continue
+        fa, _ = figs_of[a.cfr_ref]
+        fb, _ = figs_of[b.cfr_ref]
+        for unit in sorted({f.unit for f in fa} & {f.unit for f in fb}):
+            va = sorted({f.value for f in fa if f.unit == unit})
+            vb = sorted({f.value for f in fb if f.unit == unit})
+            if len(va) == 1 and len(vb) == 1 and va != vb:
+                ka, kb = format_figure(va[0], unit), format_figure(vb[0], unit)
+                signals["conflict_pairs"] = signals.get("conflict_pairs", 0.0) + 1
+                return _refuse(
+                    "conflicting",
+                    f"{a.cfr_ref} says {ka} and {b.cfr_ref} says {kb} for the same requirement, and neither section "
+                    f"outranks the other, so the corpus cannot settle which figure applies.",
+                    [_evidence(a, [ka], detail=f"{a.heading}: {ka}"), _evidence(b, [kb], detail=f"{b.heading}: {kb}")],
+                    signals,
+                )
+
+    signals["sections"] = float(len(sections))
+    return PreGateResult(proceed=True, refusal=None, sections=sections, signals=signals)
+
+
+def _term_phrase(question: str, key: set[str]) -> str:
+    """The question's own words for what it asks about, e.g. "minimum milkfat"."""
+    words = tokens(question)
+    out: list[str] = []
+    for i, w in enumerate(words):
+        if stem(w) in key and w not in STOPWORDS:
+            if i > 0 and words[i - 1] in ("minimum", "maximum", "lowest", "highest") and words[i - 1] not in out:
+                out.append(words[i - 1])
+            out.append(w)
+    return " ".join(out[:4])
+
+
+# --------------------------------------------------------------------------------------------
+# the post-generation gate
+# --------------------------------------------------------------------------------------------
+def _quote_norm(text: str) -> str:
+    t = normalise_text(text).lower()
+    t = re.sub(r"[\"']", "", t)
+    return re.sub(r"\s+", " ", t).strip()
+
+
+def _strip_quote_marks(text: str) -> str:
+    t = normalise_text(text)
+    t = t.strip().strip('"').strip("'").strip()
+    return t.rstrip(".,;:").strip()
+
+
+def verify_quote(quote: Quote, sections: dict[str, Hit]) -> tuple[bool, str]:
+    """(verified, detail). Verbatim in the cited section's active text after normalisation; "..." elides."""
+    hit = sections.get(quote.cfr_ref)
+    if hit is None:
+        return False, f"{quote.cfr_ref} is not among the sections given to generation"
+    if hit.status != "active":
+        return False, f"{quote.cfr_ref} is not active"
+    body = _quote_norm(f"{hit.heading}\n{hit.text}")
+    pieces = [_quote_norm(_strip_quote_marks(p)) for p in re.split(r"\.\.\.|\[\.\.\.\]|…", normalise_text(quote.text))]
+    pieces = [p.strip(" .,;:") for p in pieces if p.strip(" .,;:")]
+    if not pieces:
+        return False, "empty quote"
+    pos = 0
+    for p in pieces:
+        i = body.find(p, pos)
+        if i < 0:
+            return False, f"not found verbatim in {quote.cfr_ref}"
+        pos = i + len(p)
+    return True, f"verbatim in {quote.cfr_ref}"
+
+
+def _remove_sentences(text: str, predicate) -> tuple[str, int]:
+    """Remove the sentences of ``text`` for which ``predicate`` is true; paragraphs kept apart."""
+    removed = 0
+    out_lines = []
+    for line in (text or "").split("\n"):
+        sents = split_sentences(line)
+        if not sents:
+            out_lines.append(line)
+            continue
+        kept = []
+        for s in sents:
+            if predicate(s):
+                removed += 1
+            else:
+                kept.append(s)
+        if kept:
+            out_lines.append(" ".join(kept))
+    return "\n".join(out_lines).strip(), removed
+
+
+def _ref_key(ref: str) -> str:
+    return re.sub(r"\s+", " ", ref.strip())
+
+
+def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
+              cache: SentenceEmbeddingCache | None = None, *, pre_not_found: bool = False) -> PostGateResult:
+    th = th or ScorerThresholds()
+    flags: list[str] = []
+    sections = [s for s in req.sections if s.status == "active"]
+    by_ref = {s.cfr_ref: s for s in sections}
+    retrieved = {h.cfr_ref for h in req.retrieval.hits} | set(by_ref)
+    retrieved_parts = {(h.title, h.part) for h in list(req.retrieval.hits) + sections}
+    default_title = sections[0].title if sections else (req.retrieval.hits[0].title if req.retrieval.hits else 21)
+    similarities = [h.similarity for h in req.retrieval.hits]
+    signals: dict[str, float] = {}
+
+    def result(passed: bool, plain: str, legal: str, quotes: list[Quote], citations: list[Citation],
+               coverage: float, refusal: Refusal | None = None, sentences=None) -> PostGateResult:
+        conf = compute_confidence(similarities, coverage, th, not_found=pre_not_found, signals=signals)
+        if refusal is not None:
+            plain, legal, quotes, citations = "", "", [], []
+        return PostGateResult(passed=passed, refusal=refusal, plain_english=plain, legal=legal, quotes=quotes,
+                              citations=citations, confidence=conf, flags=flags, sentences=sentences or [])
+
+    plain_text = req.plain.text or ""
+    legal_text = req.legal.text or ""
+
+    # 0. the generator produced nothing (fallback "refuse") ----------------------------------------------
+    if req.plain.refused or (not plain_text.strip() and not legal_text.strip()):
+        return result(False, "", "", [], [], 0.0, Refusal(
+            reason="provider_unavailable",
+            message="The language model did not produce an answer and the fallback is set to refuse, so there is "
+                    "nothing to check.",
+            evidence=[Evidence(cfr_ref=s.cfr_ref, heading=s.heading, version_id=s.version_id,
+                               source_date=s.source_date, status=s.status) for s in sections[:3]],
+        ))
+
+    # 1. citations written in the text: coverage, then strip the ones not retrieved ----------------------
+    text_refs = [r.cfr_ref for r in find_cfr_refs(plain_text, default_title) + find_cfr_refs(legal_text, default_title)]
+    quotes_in: list[Quote] = []
+    seen = set()
+    for qt in list(req.plain.quotes) + list(req.legal.quotes):
+        k = (_quote_norm(qt.text), qt.cfr_ref)
+        if k not in seen:
+            seen.add(k)
+            quotes_in.append(qt.model_copy())
+    citations_in = list(req.plain.citations) + [c for c in req.legal.citations
+                                                if c.cfr_ref not in {x.cfr_ref for x in req.plain.citations}]
+
+    # 2. quotes -----------------------------------------------------------------------------------------
+    verified_quotes: list[Quote] = []
+    bad_quotes: list[tuple[Quote, str]] = []
+    for qt in quotes_in:
+        ok, detail = verify_quote(qt, by_ref)
+        qt.verified = ok
+        (verified_quotes.append(qt) if ok else bad_quotes.append((qt, detail)))
+    signals["quotes_total"] = float(len(quotes_in))
+    signals["quotes_verified"] = float(len(verified_quotes))
+
+    structured = [c.cfr_ref for c in citations_in] + [qt.cfr_ref for qt in verified_quotes]
+    coverage, basis = citation_coverage(text_refs, retrieved, structured_refs=structured, retrieved_parts=retrieved_parts)
+    signals["coverage_from_text"] = float(basis == "text")
+    signals["coverage_from_structured"] = float(basis == "structured")
+    signals["text_citations"] = float(len(set(text_refs)))
+
+    if bad_quotes:
+        bad_norms = [_quote_norm(_strip_quote_marks(qt.text)) for qt, _ in bad_quotes]
+        bad_norms = [b for b in bad_norms if len(b) >= 8]
+
+        def has_bad_quote(sentence: str) -> bool:
+            s = _quote_norm(sentence)
+            return any(b in s or (len(s) > 20 and s.strip(' .') in b) for b in bad_norms)
+
+        legal_text, n_legal = _remove_sentences(legal_text, has_bad_quote)
+        plain_text, n_plain = _remove_sentences(plain_text, has_bad_quote)
+        flags.append("stripped_quote")
+        signals["quote_sentences_stripped"] = float(n_legal + n_plain)
+        legal_relied = bool(req.legal.quotes) or bool(re.search(r"[\"“”]", req.legal.text or ""))
+        if (not verified_quotes and legal_relied) or (req.legal.text.strip() and not legal_text.strip()):
+            return result(False, plain_text, legal_text, verified_quotes, [], coverage, Refusal(
+                reason="unverified_quote",
+                message=(f"{'None of the quoted passages' if len(bad_quotes) > 1 else 'The quoted passage'} could be "
+                         f"found word for word in "
+                         f"{_join(sorted({qt.cfr_ref for qt, _ in bad_quotes}))}, so the legal answer cannot be shown."),
+                evidence=[_quote_evidence(qt, detail, by_ref) for qt, detail in bad_quotes],
+            ))
+
+    # 3. citations to sections not retrieved: stripped and flagged ---------------------------------------
+    unretrieved = sorted({r for r in text_refs if r not in retrieved and not _part_covered(r, retrieved_parts)})
+    citations_out = [c for c in citations_in if c.cfr_ref in retrieved]
+    if len(citations_out) < len(citations_in) or unretrieved:
+        flags.append("stripped_citation")
+        signals["citations_stripped"] = float(len(citations_in) - len(citations_out) + len(unretrieved))
+        if unretrieved:
+            def cites_unretrieved(sentence: str) -> bool:
+                return any(r.cfr_ref in unretrieved for r in find_cfr_refs(sentence, default_title))
+
+            plain_text, _ = _remove_sentences(plain_text, cites_unretrieved)
+            legal_text, _ = _remove_sentences(legal_text, cites_unretrieved)
+    if not plain_text.strip():
+        return result(False, "", "", [], [], coverage, Refusal(
+            reason="unsupported_claims",
+            message=f"Everything the answer said rested on sections that were not retrieved "
+                    f"({_join(unretrieved) or 'none named'}), so it is withheld.",
+            evidence=[Evidence(cfr_ref=r, detail="cited by the answer but not retrieved") for r in unretrieved],
+        ))
+
+    # 4. figures ----------------------------------------------------------------------------------------
+    cited = {r for r in text_refs if r in by_ref} | {c.cfr_ref for c in citations_out if c.cfr_ref in by_ref} | {
+        qt.cfr_ref for qt in verified_quotes if qt.cfr_ref in by_ref}
+    cited_sections = [by_ref[r] for r in sorted(cited)] or sections
+    known_numbers = {h.section for h in list(req.retrieval.hits) + sections} | {
+        r.section for r in find_cfr_refs(plain_text + "\n" + legal_text, default_title) if r.section}
+    sec_figs = {s.cfr_ref: extract_figures(f"{s.heading}\n{s.text}\n{s.source_note or ''}") for s in sections}
+    question_figs = extract_figures(req.question) if th.allow_question_figures else []
+    unsupported: list[tuple[Figure, str, str]] = []  # figure, where, sentence
+    uncited_source = False
+    n_figs = 0
+    for where, text in (("plain answer", plain_text), ("legal answer", legal_text)):
+        for f in extract_figures(text, extra_refs=known_numbers):
+            n_figs += 1
+            if any(f.matches(c) for s in cited_sections for c in sec_figs[s.cfr_ref]):
+                continue
+            if any(f.matches(c) for figs in sec_figs.values() for c in figs):
+                uncited_source = True
+                continue
+            if any(f.matches(c) for c in question_figs):
+                continue
+            sentence = next((s for s in split_sentences(text) if f.raw in s), f.raw)
+            unsupported.append((f, where, sentence))
+    signals["figures_total"] = float(n_figs)
+    signals["figures_unsupported"] = float(len(unsupported))
+    if uncited_source:
+        flags.append("figure_from_uncited_section")
+    if unsupported:
+        shown = sorted({f.key for f, _, _ in unsupported})
+        refs = _join([s.cfr_ref for s in cited_sections[:4]]) or "the retrieved sections"
+        verb = "states" if len(shown) == 1 else "states the figures"
+        return result(False, plain_text, legal_text, verified_quotes, citations_out, coverage, Refusal(
+            reason="unsupported_figure",
+            message=f"The answer {verb} {_join(shown)}, which {'does' if len(shown) == 1 else 'do'} not appear in "
+                    f"{refs}, so it cannot be traced to the regulation and is withheld.",
+            evidence=[Evidence(cfr_ref=cited_sections[0].cfr_ref if cited_sections else "none",
+                               heading=cited_sections[0].heading if cited_sections else None,
+                               version_id=cited_sections[0].version_id if cited_sections else None,
+                               source_date=cited_sections[0].source_date if cited_sections else None,
+                               status=cited_sections[0].status if cited_sections else None,
+                               figures=[f.key], detail=f"{where}: “{sentence}” — not in {refs}")
+                      for f, where, sentence in unsupported],
+        ))
+
+    # 5. claim support ----------------------------------------------------------------------------------
+    sentences = split_sentences(plain_text)
+    answer_refs = sorted(cited)
+    support = claim_support(sentences, sections, cache, th.support, answer_refs=answer_refs, default_title=default_title)
+    claims = [s for s in support if s.is_claim]
+    unsupported_claims = [s for s in claims if not s.supported]
+    signals["claims_total"] = float(len(claims))
+    signals["claims_supported"] = float(len(claims) - len(unsupported_claims))
+    signals["claim_support_share"] = (len(claims) - len(unsupported_claims)) / len(claims) if claims else 1.0
+    signals["claim_support_mean"] = sum(s.support for s in claims) / len(claims) if claims else 1.0
+    sentence_out = [SentenceSupport(sentence=s.sentence, supported=s.supported, support=round(s.support, 4),
+                                    cfr_ref=s.cfr_ref) for s in support]
+    if unsupported_claims:
+        flags.append("unsupported_sentence")
+    if claims and len(unsupported_claims) / len(claims) > th.support.refuse_unsupported_share:
+        refs = _join(answer_refs or [s.cfr_ref for s in sections[:3]])
+        res = result(False, plain_text, legal_text, verified_quotes, citations_out, coverage, Refusal(
+            reason="unsupported_claims",
+            message=f"{len(unsupported_claims)} of the answer's {len(claims)} statements are not supported by "
+                    f"{refs}, so the answer is withheld.",
+            evidence=[Evidence(cfr_ref=s.cfr_ref or (answer_refs[0] if answer_refs else "none"),
+                               detail=f"unsupported ({s.support:.2f}): “{s.sentence}”") for s in unsupported_claims],
+        ))
+        res.sentences = sentence_out
+        return res
+
+    return result(True, plain_text, legal_text, verified_quotes, citations_out, coverage, None, sentence_out)
+
+
+def _part_covered(ref: str, parts: set[tuple[int, str]]) -> bool:
+    if " CFR part " not in ref:
+        return False
+    title, part = ref.split(" CFR part ")
+    return (int(title), part) in parts
+
+
+def _quote_evidence(qt: Quote, detail: str, by_ref: dict[str, Hit]) -> Evidence:
+    hit = by_ref.get(qt.cfr_ref)
+    short = qt.text if len(qt.text) <= 160 else qt.text[:157] + "…"
+    if hit is None:
+        return Evidence(cfr_ref=qt.cfr_ref, detail=f"quote “{short}”: {detail}")
+    return _evidence(hit, detail=f"quote “{short}”: {detail}")

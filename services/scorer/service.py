@@ -1,0 +1,57 @@
+"""The scorer service's logic: ``Scorer(settings)`` with ``pre`` and ``post``.
+
+The gates are pure functions (``services.scorer.gates``); this class holds the thresholds taken from the
+settings and the embedding cache for claim support, and runs the CPU work off the event loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from shared.config import Settings
+from shared.messages import Confidence, PostGateRequest, PostGateResult, PreGateRequest, PreGateResult, RetrieveResult
+
+from services.scorer.confidence import ScorerThresholds, compute_confidence
+from services.scorer.gates import post_gate, pre_gate
+from services.scorer.support import SentenceEmbeddingCache
+
+log = logging.getLogger(__name__)
+
+
+class Scorer:
+    def __init__(self, settings: Settings, thresholds: ScorerThresholds | None = None, *,
+                 corpus_titles: list[int] | None = None, embedder=None):
+        self.settings = settings
+        self.thresholds = thresholds or ScorerThresholds.from_settings(settings)
+        self.corpus_titles = corpus_titles
+        self._embedder = embedder
+        self._cache: SentenceEmbeddingCache | None = None
+
+    def _support_cache(self) -> SentenceEmbeddingCache:
+        if self._cache is None:
+            if self._embedder is None:
+                from shared.embeddings import get_embedder
+
+                self._embedder = get_embedder(self.settings)
+            self._cache = SentenceEmbeddingCache(self._embedder)
+        return self._cache
+
+    # synchronous forms, for the eval harness and tests ------------------------------------------------
+    def pre_sync(self, req: PreGateRequest) -> PreGateResult:
+        return pre_gate(req.question, req.retrieval, self.thresholds, corpus_titles=self.corpus_titles)
+
+    def post_sync(self, req: PostGateRequest) -> PostGateResult:
+        return post_gate(req, self.thresholds, self._support_cache())
+
+    # the service API ----------------------------------------------------------------------------------
+    async def pre(self, req: PreGateRequest) -> PreGateResult:
+        return await asyncio.to_thread(self.pre_sync, req)
+
+    async def post(self, req: PostGateRequest) -> PostGateResult:
+        return await asyncio.to_thread(self.post_sync, req)
+
+    def refusal_confidence(self, retrieval: RetrieveResult, pre: PreGateResult) -> Confidence:
+        """Confidence for an answer refused before generation: coverage 0; tier not_found for not_found."""
+        not_found = pre.refusal is not None and pre.refusal.reason == "not_found"
+        return compute_confidence([h.similarity for h in retrieval.hits], 0.0, self.thresholds,
+                                  not_found=not_found, signals=pre.signals)
