@@ -36,7 +36,7 @@ from .xmlsafe import (
 __all__ = ["parse_file", "parse_bytes", "shipped_corpus_files", "CFRParseError", "XMLSecurityError", "detect_format"]
 
 _UNIT_TAGS = frozenset(gpo.UNIT_TAGS + ecfr.UNIT_TAGS)
-_EVENT_TAGS = (*gpo.UNIT_TAGS, *ecfr.UNIT_TAGS, "FDSYS")
+_EVENT_TAGS = (*gpo.UNIT_TAGS, *ecfr.UNIT_TAGS, *gpo.AUX_TAGS)
 _NESTED_STOP = frozenset({"SECTION", "APPENDIX", "DIV8", "DIV9", "EFFDNOT", "REVTXT", "EXTRACT", "NOTE", "EDNOTE"})
 _ECFR_ROOTS = frozenset({"DIV1", "DIV2", "DIV3", "DIV4", "DIV5", "DIV6", "DIV7", "DIV8", "DIV9", "ECFR"})
 
@@ -83,6 +83,11 @@ def _parse(stream, source: str, source_date: str | None = None) -> Iterator[Pars
             if tag == "FDSYS":
                 info = gpo.read_fdsys(el)
                 doc.update({k: v for k, v in info.items() if v is not None})  # the file's DATE beats the fallback
+                continue
+            if tag == "CONTENTS":
+                if fmt == "gpo":
+                    gpo.read_contents(el, doc)
+                    el.clear(keep_tail=False)  # a table of contents is never a unit
                 continue
             if tag not in _UNIT_TAGS:
                 continue

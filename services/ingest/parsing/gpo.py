@@ -24,6 +24,7 @@ from .agency import agency_from_heading
 from .text import Body, clean_heading, inline, is_removed, is_reserved, norm, prepare, render
 
 UNIT_TAGS = ("SECTION", "APPENDIX")
+AUX_TAGS = ("FDSYS", "CONTENTS")
 _PART_NO = re.compile(r"^PART\s+([0-9A-Za-z]+(?:[.-][0-9A-Za-z]+)*)", re.I)
 _SECTNO = re.compile(r"^§+\s*")
 
@@ -69,6 +70,39 @@ def context(ancestors: list[etree._Element]) -> dict:
     return ctx
 
 
+_EAR = re.compile(r"Pt\.\s*([0-9A-Za-z.-]+?),\s*(?:Subpt\.\s*([0-9A-Za-z-]+?),\s*)?App\.\s*([0-9A-Za-z-]+)")
+
+
+def read_contents(el: etree._Element, doc: dict) -> None:
+    """Remember the appendix titles a part's table of contents lists ("Appendix C to Part 101—Nutrition Facts for
+    Raw Fruits and Vegetables"): some APPENDIX elements carry only an EAR and an empty HD."""
+    toc = doc.setdefault("toc_appendices", {})
+    for app in el.iter("APP"):
+        label, _, title = inline(app).partition("—")
+        if title:
+            toc[norm(label)] = clean_heading(title)
+
+
+def _appendix_name(el: etree._Element, doc: dict) -> tuple[str, str]:
+    hd = el.find("HD")
+    full = inline(hd) if hd is not None else ""
+    if hd is not None and full:
+        el.remove(hd)
+        label, _, title = full.partition("—")
+        return norm(label), clean_heading(title)
+    if hd is not None:
+        el.remove(hd)
+    reserved = el.find("RESERVED")
+    if reserved is not None and inline(reserved).lower().startswith("appendix"):
+        return norm(inline(reserved).replace("[Reserved]", "")), "[Reserved]"
+    m = _EAR.search(norm(el.findtext("EAR")))
+    if not m:
+        return "", ""
+    part, subpart, letter = m.groups()
+    label = f"Appendix {letter} to Subpart {subpart} of Part {part}" if subpart else f"Appendix {letter} to Part {part}"
+    return label, doc.get("toc_appendices", {}).get(label, "")
+
+
 def build(el: etree._Element, ancestors: list[etree._Element], doc: dict, source: str) -> ParsedSection:
     prepare(el)
     ctx = context(ancestors)
@@ -79,12 +113,7 @@ def build(el: etree._Element, ancestors: list[etree._Element], doc: dict, source
         heading = clean_heading(" ".join(inline(s) for s in el.findall("SUBJECT")))
     else:
         kind = "appendix"
-        hd = el.find("HD")
-        full = inline(hd) if hd is not None else norm(el.findtext("EAR"))
-        if hd is not None:
-            el.remove(hd)
-        section, _, heading = full.partition("—")
-        section, heading = norm(section), clean_heading(heading)
+        section, heading = _appendix_name(el, doc)
     render(el, body)
     text, paragraphs = body.finish()
     reserved = body.reserved_marker or is_reserved(heading, heading=True) or (not text and not heading) or is_reserved(text)

@@ -6,9 +6,10 @@ differ in how they find the section number, heading and hierarchy.
 
 Rules:
 - one paragraph per line, whitespace normalised, inline markup (E, I, B, SU, FR, FTREF ...) flattened to text,
-  page markers (PRTPAGE) dropped, graphics dropped;
+  page markers (PRTPAGE) dropped;
 - table rows rendered as one line of cells joined by " | " (header row first);
 - CITA goes to ``source_note``, NOTE/EDNOTE/EFFDNOT/APPRO/SECAUTH/CROSSREF go to ``editorial_notes``;
+- graphics (GPH, img) become a "[Graphic: ER21DE18.017]" placeholder line, so a figure-only appendix is not empty;
 - paragraph designations are tracked into a full path ("(c)(1)(i)") for every P/FP line of the section body
   (not inside EXTRACTs, footnotes, examples, tables or notes, whose "(a)" are quotations or labels).
 """
@@ -30,7 +31,7 @@ def norm(text: str | None) -> str:
 
 def prepare(el: etree._Element) -> None:
     """Drop page markers and graphics, make line-break-ish inline elements separate words."""
-    etree.strip_elements(el, "PRTPAGE", "GPH", "GID", "img", "STARS", with_tail=False)
+    etree.strip_elements(el, "PRTPAGE", "STARS", with_tail=False)
     for sep in el.iter("br", "LI"):
         sep.tail = " " + (sep.tail or "")
         if sep.tag == "LI":
@@ -178,7 +179,7 @@ class DesignationTracker:
 # ---------------------------------------------------------------------------------------------- body rendering
 
 _SKIP = frozenset(
-    {"SECTNO", "SUBJECT", "HEAD", "EAR", "PRTPAGE", "GPH", "GID", "img", "STARS", "SECHD", "LRH", "RRH", "RESERVED",
+    {"SECTNO", "SUBJECT", "HEAD", "EAR", "PRTPAGE", "GID", "STARS", "SECHD", "LRH", "RRH", "RESERVED",
      "PTHD", "PGHD"}
 )
 _NOTES = frozenset({"NOTE", "EDNOTE", "EFFDNOT", "EFFDNOTP", "APPRO", "SECAUTH", "CROSSREF", "AUTH", "SOURCE"})
@@ -301,6 +302,9 @@ def render(parent: etree._Element, body: Body, tracked: bool = True) -> None:
                 render(el, body, tracked)
             else:
                 body.add(inline(el), tracked, _inner_tokens(el) if tracked else None)
+        elif tag in ("GPH", "img"):
+            ref = norm(el.findtext("GID")) or norm(el.get("src") or "").rsplit("/", 1)[-1]
+            body.add(f"[Graphic: {ref}]" if ref else "[Graphic]")  # images are not reproduced in text
         elif tag == "CITA":
             body.cita.append(inline(el))
         elif tag in _NOTES:
@@ -325,13 +329,16 @@ def render(parent: etree._Element, body: Body, tracked: bool = True) -> None:
             body.add(inline(el))
 
 
-_TRAILING_PERIOD = re.compile(r"(?<!\b[A-Z])(?<!\betc)(?<!\bet seq)[\s.;,]+$")
+_KEEP_FINAL_DOT = re.compile(r"(?:\b[A-Z]\.){2,}$|\betc\.$|\bet seq\.$|\bInc\.$|\bCo\.$")
 
 
 def clean_heading(text: str) -> str:
-    """'Nutrition labeling of food.' -> 'Nutrition labeling of food'; keeps 'U.S.' and 'etc.' endings."""
+    """'Nutrition labeling of food.' -> 'Nutrition labeling of food'; 'Schedule I.' -> 'Schedule I';
+    keeps the dot of 'U.S.', 'etc.', 'et seq.'."""
     text = norm(text)
-    return _TRAILING_PERIOD.sub("", text)
+    if _KEEP_FINAL_DOT.search(text):
+        return text
+    return text.rstrip(" .;,")
 
 
 _RESERVED = re.compile(r"^\[?\s*reserved\s*\]?\.?$", re.I)
