@@ -258,3 +258,280 @@ def test_tokens_and_model_distribution():
     rows = [{"status": "answered", "answered_model": "a"}, {"status": "refused", "answered_model": None},
             {"status": "answered", "answered_model": "a"}, {"status": None, "answered_model": None}]
     assert m.model_distribution(rows) == {"None": 1, "a": 2}
+
+
+# ==================================================================================================
+# the harness, against a tiny fake gateway (a real HTTP server on 127.0.0.1 serving canned JSON)
+# ==================================================================================================
+import json  # noqa: E402
+import socket  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from eval import harness  # noqa: E402
+
+Q_FACT = "How much milkfat does heavy cream need?"
+Q_MULTI = "Heavy cream versus light cream?"
+Q_NF = "What is the OSHA noise limit?"
+Q_CITE = "What does 21 CFR 131.155(a) say?"
+
+DATASET_ROWS = [
+    {"id": "t1", "question": Q_FACT, "gold": ["21 CFR 131.150"], "facts": ["not less than 36 percent milkfat"],
+     "answer": "36%", "kind": "fact", "title": 21},
+    {"id": "t2", "question": Q_MULTI, "gold": ["21 CFR 131.150", "21 CFR 131.155"],
+     "facts": ["not less than 36 percent milkfat"], "answer": "...", "kind": "multi", "title": 21},
+    {"id": "t3", "question": Q_NF, "gold": [], "facts": [], "answer": "not in corpus", "kind": "not_found",
+     "title": None},
+    {"id": "t4", "question": Q_CITE, "gold": ["21 CFR 131.155"], "facts": ["less than 30 percent"],
+     "answer": "...", "kind": "citation", "title": 21},
+]
+
+
+def _hit(ref, rank, text=""):
+    title, _, section = ref.split(" ", 2)
+    section = section.replace("CFR ", "")
+    return {"cfr_ref": ref, "title": int(title), "part": section.split(".")[0], "section": section, "heading": "h",
+            "score": 1.0 / rank, "similarity": 0.5, "rank": rank, "text": text}
+
+
+def _answer(status="answered", reason=None, tier="high", cites=("21 CFR 131.150",), text="", model="fake/m1"):
+    return {
+        "id": "x", "status": status, "question": "q",
+        "plain_english": text if status == "answered" else None,
+        "legal": "See 21 CFR 131.150." if status == "answered" else None,
+        "quotes": ([{"text": "Heavy cream is cream which contains not less than 36 percent milkfat.",
+                     "cfr_ref": "21 CFR 131.150", "paragraph": "(a)", "verified": True}] if status == "answered" else []),
+        "citations": [{"cfr_ref": c, "title": 21, "part": "131", "section": c.split()[-1]} for c in cites],
+        "confidence": {"score": 0.8, "tier": tier, "retrieval_score": 0.7, "citation_coverage": 1.0},
+        "refusal": ({"reason": reason, "message": "No.", "evidence": []} if status == "refused" else None),
+        "model": {"requested": "fake/m1", "answered": model if status == "answered" else None, "fallback_reason": None,
+                  "calls": [{"step": "plain", "provider": "fake", "model": "m1", "tokens_in": 100, "tokens_out": 10,
+                             "ms": 5.0}]},
+        "retrieved": [], "timings_ms": {"retrieve": 12.0, "generate": 40.0, "total": 60.0},
+    }
+
+
+def make_app(variant: str, calls: dict):
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI()
+
+    @app.get("/healthz")
+    def healthz():
+        return {"status": "ok", "variant": variant}
+
+    @app.get("/v1/corpus")
+    def corpus():
+        return {"titles": [7, 21, 42], "sections": 3815, "embedding_model": "fake"}
+
+    @app.post("/v1/search")
+    def search(body: dict):
+        calls.setdefault("search", []).append(body)
+        q = body["question"]
+        if q == Q_MULTI:
+            return JSONResponse({"detail": "boom"}, status_code=500)
+        if q == Q_FACT:
+            if variant == "a":
+                # rank 1 merely MENTIONS the gold section in its text; the gold section is at rank 2
+                hits = [_hit("21 CFR 131.155", 1, text="see § 131.150 and 21 CFR 131.150"), _hit("21 CFR 131.150", 2)]
+            else:
+                hits = [_hit("21 CFR 131.150", 1), _hit("21 CFR 131.150", 2), _hit("21 CFR 131.155", 3)]
+        elif q == Q_CITE:
+            hits = [_hit("21 CFR 131.155", 1)]
+        else:
+            hits = [_hit("21 CFR 1.1", 1)]
+        return {"scope": {"notes": [f"variant {variant}"]}, "results": hits}
+
+    @app.post("/v1/query")
+    def query(body: dict):
+        calls.setdefault("query", []).append(body)
+        q = body["question"]
+        if q == Q_FACT:
+            return _answer(text="Heavy cream needs not less than 36 percent milkfat and comes in 3 sizes.")
+        if q == Q_NF:
+            return _answer(status="refused", reason="not_found", tier="not_found", cites=())
+        if q == Q_CITE:
+            if variant == "a":
+                return _answer(status="refused", reason="below_authority", tier="low", cites=())
+            return _answer(text="Light cream has not less than 18 percent but less than 30 percent milkfat.",
+                           cites=("21 CFR 131.155",), tier="medium")
+        return _answer(text="...")
+
+    return app
+
+
+class FakeGateway:
+    def __init__(self, variant: str):
+        import uvicorn
+
+        self.calls: dict = {}
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()
+        self.server = uvicorn.Server(
+            uvicorn.Config(make_app(variant, self.calls), host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            assert time.time() < deadline, "fake gateway did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def tiny_setup(tmp_path):
+    ds = tmp_path / "ds.jsonl"
+    ds.write_text("\n".join(json.dumps(r) for r in DATASET_ROWS) + "\n")
+
+    def cfg(name="tiny", answers=True, **kw):
+        p = tmp_path / f"{name}.yaml"
+        body = {"name": name, "mode": "hybrid", "top_k": 5, "scoping": True, "answers": answers,
+                "dataset": str(ds), "concurrency": 2, **kw}
+        p.write_text(json.dumps(body))  # JSON is YAML
+        return p
+
+    return tmp_path, cfg
+
+
+def _only_result(out_dir):
+    files = sorted(out_dir.glob("*.json"))
+    assert len(files) == 1, files
+    return files[0], json.loads(files[0].read_text())
+
+
+def test_harness_computes_metrics_from_the_gateway_and_writes_the_result(tiny_setup, capsys):
+    tmp, cfg = tiny_setup
+    out = tmp / "results"
+    with FakeGateway("a") as gw:
+        rc = harness.main(["--config", str(cfg()), "--gateway", gw.url, "--out", str(out), "--quiet"])
+        calls = gw.calls
+    assert rc == 0
+    path, res = _only_result(out)
+    assert path.name.startswith("tiny-") and path.name.endswith("Z.json")
+    assert res["config"]["top_k"] == 5 and res["config"]["mode"] == "hybrid"
+    assert "git_commit" in res
+    assert res["versions"]["healthz"]["variant"] == "a"
+    assert res["versions"]["corpus"]["sections"] == 3815
+    # the gateway saw exactly what the config asked for
+    assert {tuple(sorted(b)) for b in calls["search"]} == {("mode", "question", "scoping", "top_k")}
+    assert all(b["top_k"] == 5 and b["mode"] == "hybrid" and b["scoping"] is True for b in calls["search"])
+    assert all(set(b) == {"question", "top_k", "mode"} for b in calls["query"])
+    assert len(calls["search"]) == 4 and len(calls["query"]) == 4
+
+    rows = {r["id"]: r for r in res["rows"]}
+    fact = rows["t1"]
+    # the text-mention decoy at rank 1 is not a hit: gold is at rank 2
+    assert fact["retrieved"] == ["21 CFR 131.155", "21 CFR 131.150"]
+    assert fact["ranks"] == {"21 CFR 131.150": 2}
+    assert fact["metrics"]["hit@1"] == 0.0 and fact["metrics"]["mrr@5"] == pytest.approx(0.5)
+    assert fact["metrics"]["ndcg@5"] == pytest.approx(1 / math.log2(3))
+    assert fact["status"] == "answered" and fact["fact_recall"] == 1.0 and fact["citation_accuracy"] == 1.0
+    assert fact["quotes_verified"] == 1 and fact["quotes_total"] == 1
+    assert fact["unsupported_figure_values"] == ["3"]
+    assert fact["correct"] is True and fact["tier"] == "high" and fact["answered_model"] == "fake/m1"
+    assert fact["tokens_in"] == 100 and fact["timings_ms"]["total"] == 60.0
+    # HTTP 500 on search is recorded per question and the run continues
+    assert rows["t2"]["search_error"].startswith("HTTP 500") and rows["t2"]["metrics"] is None
+    assert rows["t2"]["status"] == "answered"
+    # not_found: searched and recorded, but no retrieval metrics
+    assert rows["t3"]["retrieved"] == ["21 CFR 1.1"] and rows["t3"]["metrics"] is None
+    assert rows["t3"]["refusal_reason"] == "not_found" and rows["t3"]["correct"] is True
+    assert rows["t4"]["status"] == "refused" and rows["t4"]["correct"] is False
+
+    agg = res["aggregates"]
+    overall = agg["overall"]
+    assert overall["retrieval_n"] == 2  # t1 and t4: t2 errored, t3 is not_found
+    assert overall["retrieval"]["hit@1"] == pytest.approx(0.5)
+    assert overall["retrieval"]["mrr@5"] == pytest.approx(0.75)
+    assert overall["search_errors"] == 1
+    assert overall["refusals"]["not_found_refusal_rate"] == 1.0
+    assert overall["refusals"]["false_refusal_rate"] == pytest.approx(1 / 3)
+    assert overall["refusals"]["reasons"] == {"below_authority": 1, "not_found": 1}
+    assert overall["calibration"]["not_found"] == {"n": 1, "correct_share": 1.0}
+    assert overall["models"] == {"None": 2, "fake/m1": 2}
+    assert overall["latency_ms"]["total"]["p50"] == 60.0
+    assert set(overall["latency_client_ms"]) == {"search", "query"}
+    assert set(agg["by_kind"]) == {"fact", "multi", "not_found", "citation"}
+    assert agg["by_kind"]["fact"]["retrieval"]["mrr@5"] == pytest.approx(0.5)
+    assert agg["by_kind"]["citation"]["retrieval"]["hit@1"] == 1.0
+    assert set(agg["by_title"]) == {"21", "none"}
+    printed = capsys.readouterr().out
+    assert "overall" in printed and "kind=fact" in printed and "title=21" in printed and "wrote" in printed
+
+
+def test_harness_answers_false_skips_query_and_limit_applies(tiny_setup):
+    tmp, cfg = tiny_setup
+    out = tmp / "r2"
+    with FakeGateway("a") as gw:
+        rc = harness.main(["--config", str(cfg("ret", answers=False)), "--gateway", gw.url, "--limit", "2",
+                           "--out", str(out), "--quiet"])
+        calls = gw.calls
+    assert rc == 0
+    assert "query" not in calls and len(calls["search"]) == 2
+    _, res = _only_result(out)
+    assert [r["id"] for r in res["rows"]] == ["t1", "t2"]
+    assert all(r["status"] is None for r in res["rows"])
+    assert "answers" not in res["aggregates"]["overall"]
+
+
+def test_harness_kinds_filter_and_unreachable_gateway(tiny_setup):
+    tmp, cfg = tiny_setup
+    out = tmp / "r3"
+    rc = harness.main(["--config", str(cfg("down", kinds=["citation"])), "--gateway", "http://127.0.0.1:9",
+                       "--out", str(out), "--quiet"])
+    assert rc == 1  # every search failed
+    _, res = _only_result(out)
+    assert [r["id"] for r in res["rows"]] == ["t4"]
+    assert res["rows"][0]["search_error"] and res["rows"][0]["query_error"]
+    assert "error" in res["versions"]["healthz"]
+
+
+def test_bad_config_is_rejected(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("mode: vector\n")
+    assert harness.main(["--config", str(p)]) == 2
+    p.write_text("nme: typo\n")
+    assert harness.main(["--config", str(p)]) == 2
+
+
+def test_shipped_configs_load():
+    root = harness.REPO / "eval" / "configs"
+    names = {p.stem: harness.load_config(p) for p in root.glob("*.yaml")}
+    assert {"hybrid", "dense", "fulltext", "hybrid-noscope", "hybrid-k6", "hybrid-k20"} <= set(names)
+    assert names["hybrid"]["answers"] is True and names["hybrid"]["top_k"] == 10 and names["hybrid"]["scoping"]
+    assert names["dense"]["mode"] == "dense" and names["fulltext"]["mode"] == "fulltext"
+    assert names["hybrid-noscope"]["scoping"] is False
+    assert names["hybrid-k6"]["top_k"] == 6 and names["hybrid-k20"]["top_k"] == 20
+    assert all(c["name"] == n for n, c in names.items())
+
+
+def test_diff_reports_metric_changes_and_flips(tiny_setup, capsys):
+    tmp, cfg = tiny_setup
+    out_a, out_b = tmp / "a", tmp / "b"
+    with FakeGateway("a") as gw:
+        assert harness.main(["--config", str(cfg("runa")), "--gateway", gw.url, "--out", str(out_a), "--quiet"]) == 0
+    with FakeGateway("b") as gw:
+        assert harness.main(["--config", str(cfg("runb")), "--gateway", gw.url, "--out", str(out_b), "--quiet"]) == 0
+    pa, _ = _only_result(out_a)
+    pb, _ = _only_result(out_b)
+    capsys.readouterr()
+    assert harness.main(["diff", str(pa), str(pb)]) == 0
+    text = capsys.readouterr().out
+    assert "overall.retrieval.hit@1: 0.500 -> 1.000 (+0.500)" in text
+    assert "hit@1 flips: 1" in text and "t1 [fact] 0.000 -> 1.000" in text
+    assert "refused flips: 1" in text and "t4 [citation] True -> False" in text
+    assert "correct flips: 1" in text and "t4 [citation] False -> True" in text
