@@ -97,7 +97,6 @@ class AnthropicProvider:
                 max_tokens=self.settings.generation_max_tokens,
                 system=system,
                 messages=messages,
-                temperature=0.0,
             )
         except anthropic.APITimeoutError as exc:
             raise ProviderFailure("timeout", f"{self.settings.generation_timeout_s:g}s") from exc
