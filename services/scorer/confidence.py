@@ -9,7 +9,9 @@ Confidence (no judge call):
 - ``retrieval_score`` = mean cosine similarity of the top-3 retrieved (active) sections, ``None`` counting as
   0; with fewer than 3 hits the mean is over the hits there are; no hits: 0.
 - ``citation_coverage`` = share of the distinct CFR references written in the generated text (plain + legal)
-  that are in the retrieved set (a whole-part reference counts when a retrieved section is in that part).
+  that are in the retrieved set (a whole-part reference counts when a retrieved section is in that part; a
+  reference that the given sections' own text makes, e.g. "§ 133.138" inside 133.142, counts as retrieved: it is
+  traceable to the evidence, and an extractive answer copying it must not lose coverage).
   When the text cites nothing, the structured fields stand in: the share of the answer's ``citations`` and
   verified ``quotes`` whose cfr_ref is in the retrieved set; when those are empty too, coverage is 0 (the answer
   shows no grounding).
@@ -59,7 +61,7 @@ class ScorerThresholds:
     sibling_similarity_window: float = 0.12  # siblings within this cosine of the best sibling
     min_siblings: int = 2
     figure_window_tokens: int = 10  # a figure belongs to a key term within this many tokens
-    conflict_similarity_window: float = 0.08  # both conflicting hits within this of the top hit
+    conflict_similarity_window: float = 0.12  # both conflicting hits within this of the top hit
     conflict_min_similarity_over_threshold: float = 0.05  # and this far above the not_found threshold
     conflict_min_term_overlap: int = 2  # question terms (or anchor figures) the figure's clause must share
 

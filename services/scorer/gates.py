@@ -367,7 +367,8 @@ def _heading_stems(hit: Hit) -> set[str]:
 
 
 def find_family(pool: list[Hit], th: ScorerThresholds) -> Family | None:
-    """Sibling sections among the pool: same title and part, headings sharing a family word, similar cosine."""
+    """Sibling sections among the pool: same title and part, headings sharing a family word (the largest such
+    group holding at least two of the top three hits)."""
     if len(pool) < th.min_siblings:
         return None
     groups: dict[tuple[int, str, str], list[Hit]] = {}
@@ -378,12 +379,6 @@ def find_family(pool: list[Hit], th: ScorerThresholds) -> Family | None:
     best: Family | None = None
     for (title, part, w), members in groups.items():
         if len(members) < th.min_siblings or len({m.cfr_ref for m in members} & top3) < min(2, len(top3)):
-            continue
-        sims = [m.similarity for m in members if m.similarity is not None]
-        if sims:
-            top = max(sims)
-            members = [m for m in members if m.similarity is None or m.similarity >= top - th.sibling_similarity_window]
-        if len(members) < th.min_siblings:
             continue
         if best is None or len(members) > len(best.members):
             surfaces = [t for m in members for t in tokens(m.heading) if stem(t) == w]
@@ -601,16 +596,16 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             for s in old[:2]:
                 ev.append(_evidence(s, [f.key for f in primary_figures(s.text, q.key, q.anchors)[0]],
                                     detail="superseded version"))
-            earlier = (f"; the earlier version (source date {_iso(old[0].source_date)}) is superseded"
-                       if old else "; the earlier text is not held in this corpus")
-            return _refuse(
-                "stale",
-                f"{target.cfr_ref} has read as it does now only since {_human_date(since)}, so it cannot say what "
-                f"applied on {_human_date(asked) if len(asked) == 10 and not asked.endswith('-12-31') else asked[:4]}"
-                f"{earlier}.",
-                ev,
-                signals,
-            )
+            when = f"in {asked[:4]}" if asked.endswith("-12-31") or asked.endswith("-01-01") else f"on {_human_date(asked)}"
+            if old:
+                msg = (f"The question asks what applied {when}, but the text of {target.cfr_ref} in force now "
+                       f"(source date {_iso(target.source_date)}) replaced the version of {_iso(old[0].source_date)}, "
+                       f"which is superseded, so the current text cannot answer for that date.")
+            else:
+                msg = (f"{target.cfr_ref} was last amended on {_human_date(since)}, after the date the question asks "
+                       f"about ({when[3:]}), and the earlier text is not held in this corpus, so it cannot say what "
+                       f"applied then.")
+            return _refuse("stale", msg, ev, signals)
 
     # 7. authority ----------------------------------------------------------------------------------------
     why = {h.cfr_ref: entitlement(h, question, th) for h in hits}
@@ -654,6 +649,10 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
         signals["siblings_named"] = float(len(named))
         key -= {s for m in family.members for s in _heading_stems(m)}
         candidates = named if len(named) > 1 else ([] if named else family.members)
+        sims = [m.similarity for m in candidates if m.similarity is not None]
+        if sims:  # near-identical siblings score alike; one far ahead of the rest is singled out already
+            candidates = [m for m in candidates
+                          if m.similarity is None or m.similarity >= max(sims) - th.sibling_similarity_window]
         per_member = []
         for m in candidates:
             figs, _ = primary_figures(m.text, key, q.anchors, th.figure_window_tokens)
@@ -804,7 +803,10 @@ def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
     flags: list[str] = []
     sections = [s for s in req.sections if s.status == "active"]
     by_ref = {s.cfr_ref: s for s in sections}
-    retrieved = {h.cfr_ref for h in req.retrieval.hits} | set(by_ref)
+    retrieved_only = {h.cfr_ref for h in req.retrieval.hits} | set(by_ref)
+    # a reference the retrieved text itself makes ("as defined in § 133.138") is traceable to the evidence
+    cross_refs = {r.cfr_ref for s in sections for r in find_cfr_refs(s.text, s.title)}
+    retrieved = retrieved_only | cross_refs
     retrieved_parts = {(h.title, h.part) for h in list(req.retrieval.hits) + sections}
     default_title = sections[0].title if sections else (req.retrieval.hits[0].title if req.retrieval.hits else 21)
     similarities = [h.similarity for h in req.retrieval.hits]

@@ -215,8 +215,8 @@ def claim_support(
 ) -> list[ClaimSupport]:
     """Support of each sentence by the sections it relies on.
 
-    A sentence relies on the sections it cites itself; failing that, on the sections the answer cites
-    (``answer_refs``); failing that, on every given section.
+    A sentence relies on the sections it cites itself and on the sections the answer cites (``answer_refs``),
+    or on every given section when the answer cites none of them; its support is the best over those.
     """
     by_ref = {s.cfr_ref: s for s in sections}
     if not sentences:
@@ -225,7 +225,7 @@ def claim_support(
     fallback = [r for r in answer_refs if r in by_ref] or list(by_ref)
     for sent in sentences:
         own = [r.cfr_ref for r in find_cfr_refs(sent, default_title) if r.cfr_ref in by_ref]
-        relied.append(own or fallback)
+        relied.append(list(dict.fromkeys(own + fallback)))
 
     needed = sorted({r for refs in relied for r in refs})
     sec_sents = {r: section_sentences(by_ref[r].text, by_ref[r].heading) for r in needed}

@@ -1,0 +1,415 @@
+"""The scorer's gates and confidence, on real CFR text (tests/data/scorer_sections.json, from the 2024 eCFR
+XML of 21 CFR) with real MiniLM similarities per question (tests/data/scorer_cases.json)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shared.config import Settings
+from shared.messages import (
+    CallInfo,
+    Citation,
+    CitationRef,
+    GenerateResult,
+    Hit,
+    PostGateRequest,
+    PreGateRequest,
+    Quote,
+    RetrieveResult,
+    Scope,
+    SubjectMatch,
+)
+from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence, retrieval_score
+from services.scorer.figures import extract_figures, find_cfr_refs, normalise_text
+from services.scorer.gates import post_gate, pre_gate, verify_quote
+from services.scorer.service import Scorer
+from services.scorer.support import split_sentences
+
+DATA = Path(__file__).parent / "data"
+SECTIONS = json.loads((DATA / "scorer_sections.json").read_text())["sections"]
+CASES = json.loads((DATA / "scorer_cases.json").read_text())
+GOUDA = SECTIONS["21 CFR 133.142"]["text"]
+
+
+# --------------------------------------------------------------------------------------------
+# builders
+# --------------------------------------------------------------------------------------------
+def make_hit(ref: str, similarity: float | None = 0.6, rank: int = 1, **kw) -> Hit:
+    s = dict(SECTIONS[ref])
+    s.pop("_constructed", None)
+    s.pop("source", None)
+    cfr_ref = ref.split("@")[0]
+    fields = dict(
+        cfr_ref=cfr_ref, title=s["title"], part=s["part"], section=s["section"], heading=s["heading"],
+        score=1.0 / (60 + rank), similarity=similarity, rank=rank, text=s["text"], paragraphs=s["paragraphs"],
+        kind=s["kind"], reserved=s["reserved"], removed=s["removed"], status=s["status"],
+        version_id=s["version_id"], source_date=s["source_date"], source_note=s["source_note"],
+        editorial_notes=s["editorial_notes"], matched_by=["dense", "fulltext"],
+    )
+    fields.update(kw)
+    return Hit(**fields)
+
+
+def case_retrieval(name: str) -> tuple[str, RetrieveResult]:
+    case = CASES[name]
+    rows = sorted(case["hits"], key=lambda r: -r["similarity"])
+    hits = [make_hit(r["ref"], r["similarity"], i + 1, dense_rank=r["dense_rank"], fulltext_rank=r["fulltext_rank"])
+            for i, r in enumerate(rows)]
+    sup = [make_hit(r["ref"], r["similarity"], i + 1) for i, r in enumerate(case.get("superseded", []))]
+    scope = Scope(**case["scope"])
+    return case["question"], RetrieveResult(scope=scope, hits=hits, superseded=sup, mode="hybrid", top_k=10,
+                                            embedding_model="all-MiniLM-L6-v2")
+
+
+def gen(step: str, text: str, quotes=(), citations=(), refused: bool = False) -> GenerateResult:
+    return GenerateResult(
+        step=step, text=text, quotes=list(quotes), citations=list(citations), refused=refused,
+        call=CallInfo(step=step, provider="extractive", model="regs-extractive-1.0", requested_provider="anthropic",
+                      requested_model="claude-haiku-4-5"),
+    )
+
+
+def cite(ref: str) -> Citation:
+    title, _, section = ref.split(" ")
+    return Citation(cfr_ref=ref, title=int(title), part=section.split(".")[0], section=section)
+
+
+@pytest.fixture(scope="module")
+def scorer() -> Scorer:
+    from shared.embeddings import get_embedder
+
+    settings = Settings()
+    return Scorer(settings, embedder=get_embedder(settings))  # MiniLM loaded once for the module
+
+
+def gouda_post(plain: str, legal: str, quotes=(), citations=("21 CFR 133.142",), plain_quotes=()) -> PostGateRequest:
+    question, retrieval = case_retrieval("proceed_gouda")
+    pre = pre_gate(question, retrieval)
+    assert pre.proceed
+    return PostGateRequest(
+        question=question, retrieval=retrieval, sections=pre.sections,
+        plain=gen("plain", plain, plain_quotes, [cite(c) for c in citations]),
+        legal=gen("legal", legal, quotes, [cite(c) for c in citations]),
+    )
+
+
+GOUDA_QUOTE = "the minimum milkfat content is 46 percent by weight of the solids"
+GOUDA_LEGAL = f"Under 21 CFR 133.142, “{GOUDA_QUOTE}”."
+GOUDA_PLAIN = ("Gouda cheese must have at least 46 percent milkfat by weight of the solids and at most 45 percent "
+               "moisture by weight (21 CFR 133.142).")
+
+
+# --------------------------------------------------------------------------------------------
+# pre-generation gate
+# --------------------------------------------------------------------------------------------
+def test_divergent_cheese_milkfat_asks_which_cheese():
+    question, retrieval = case_retrieval("divergent_milkfat")
+    res = pre_gate(question, retrieval)
+    assert not res.proceed and res.refusal.reason == "divergent"
+    msg = res.refusal.message
+    assert msg.startswith("21 CFR part 133 sets different minimum milkfat levels for different cheeses")
+    assert "cheddar 50 percent" in msg and "gouda 46 percent" in msg and "edam 40 percent" in msg
+    assert msg.endswith("which cheese do you mean?")
+    figures = {e.cfr_ref: e.figures for e in res.refusal.evidence}
+    assert figures["21 CFR 133.113"] == ["50 percent"]
+    assert figures["21 CFR 133.142"] == ["46 percent"]
+    assert figures["21 CFR 133.149"] == ["45 percent"]
+    assert figures["21 CFR 133.150"] == ["50 percent"]
+    assert all(e.source_date == "2024-04-01" and e.status == "active" and e.version_id for e in res.refusal.evidence)
+    assert res.signals["siblings"] >= 5 and res.signals["sibling_distinct_figures"] >= 3
+
+
+def test_proceed_when_the_question_names_gouda():
+    question, retrieval = case_retrieval("proceed_gouda")
+    res = pre_gate(question, retrieval)
+    assert res.proceed and res.refusal is None
+    refs = [s.cfr_ref for s in res.sections]
+    assert refs[0] == "21 CFR 133.142"
+    assert "21 CFR 133.138" in refs  # gouda's text relies on the edam standard
+    assert "21 CFR 133.113" not in refs and "21 CFR 133.150" not in refs  # other cheeses' figures kept out
+    for key in ("top1_similarity", "term_coverage", "dense_fulltext_agreement", "subject_match", "relevance",
+                "similarity_margin", "score_margin", "cited_exists"):
+        assert key in res.signals
+    assert res.signals["subject_match"] == 1.0
+
+
+def test_proceed_when_the_name_is_only_in_the_heading_words():
+    question, retrieval = case_retrieval("proceed_gouda")
+    retrieval.scope.subjects = []  # no scope subject: the heading word "gouda" in the question singles it out
+    res = pre_gate(question, retrieval)
+    assert res.proceed and res.sections[0].cfr_ref == "21 CFR 133.142"
+
+
+def test_siblings_that_agree_proceed():
+    question, retrieval = case_retrieval("proceed_curing_agree")
+    res = pre_gate(question, retrieval)
+    assert res.proceed, res.refusal
+    assert len(res.sections) == 4
+
+
+def test_conflicting_pasteurization_temperatures():
+    question, retrieval = case_retrieval("conflicting_pasteurized")
+    res = pre_gate(question, retrieval)
+    assert not res.proceed and res.refusal.reason == "conflicting"
+    figs = {e.cfr_ref: e.figures for e in res.refusal.evidence}
+    assert figs["21 CFR 131.3"] == ["145 °F"]
+    assert figs["21 CFR 133.150"] == ["143 °F"] or figs.get("21 CFR 133.187") == ["143 °F"]
+    assert "145 °F" in res.refusal.message and "143 °F" in res.refusal.message
+
+
+def test_below_authority_for_a_reserved_section():
+    question, retrieval = case_retrieval("below_authority_reserved")
+    res = pre_gate(question, retrieval)
+    assert not res.proceed and res.refusal.reason == "below_authority"
+    assert res.refusal.evidence[0].cfr_ref == "21 CFR 201.311"
+    assert "reserved" in res.refusal.message
+
+
+def test_below_authority_for_an_unnamed_appendix_and_editorial_only_match():
+    question = "What is the minimum milkfat content for gouda cheese?"
+    appendix = make_hit("21 CFR 133.142", 0.79, 1, kind="appendix", section="Appendix A to Part 133",
+                        cfr_ref="21 CFR Appendix A to Part 133")
+    retrieval = RetrieveResult(scope=Scope(), hits=[appendix], mode="hybrid", top_k=10, embedding_model="m")
+    res = pre_gate(question, retrieval)
+    assert res.refusal.reason == "below_authority" and "appendix" in res.refusal.message
+    # the same text, named by the question, is entitled
+    named = pre_gate("Under appendix A to part 133, what is the minimum milkfat content for gouda cheese?", retrieval)
+    assert named.proceed
+    # a section whose only match is an editorial note
+    note = make_hit("21 CFR 201.310", 0.5, 1, editorial_notes=["Gouda cheese minimum milkfat content: see part 133."])
+    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[note], mode="hybrid", top_k=10, embedding_model="m"))
+    assert res.refusal.reason == "below_authority" and "editorial" in res.refusal.message
+
+
+def test_stale_when_the_question_names_an_earlier_date():
+    question, retrieval = case_retrieval("stale_date")
+    res = pre_gate(question, retrieval)
+    assert not res.proceed and res.refusal.reason == "stale"
+    ev = {(e.status, e.source_date): e for e in res.refusal.evidence}
+    assert ("active", "2024-04-01") in ev and ("superseded", "1990-04-01") in ev
+    assert ev[("active", "2024-04-01")].figures == ["46 percent"]
+    assert ev[("superseded", "1990-04-01")].figures == ["48 percent"]
+    assert "1991" in res.refusal.message and "1990-04-01" in res.refusal.message
+    # a date after the current version's date proceeds
+    later = pre_gate(question.replace("in 1991", "as of June 1, 2024"), retrieval)
+    assert later.proceed, later.refusal
+    # without a stored earlier version, the source note's last amendment (Jan. 21, 1983) is the boundary
+    retrieval.superseded = []
+    assert pre_gate(question, retrieval).proceed
+    early = pre_gate(question.replace("1991", "1980"), retrieval)
+    assert early.refusal.reason == "stale" and "January 21, 1983" in early.refusal.message
+
+
+def test_stale_when_the_superseded_version_matches_clearly_better():
+    question, retrieval = case_retrieval("stale_superseded_better")
+    res = pre_gate(question, retrieval)
+    assert res.refusal.reason == "stale"
+    assert res.refusal.evidence[0].status == "superseded" and res.refusal.evidence[0].source_date == "1990-04-01"
+
+
+def test_stale_when_the_cited_section_exists_only_in_a_superseded_version():
+    question = "What does 21 CFR 133.142 say about milkfat?"
+    missing = CitationRef(raw="21 CFR 133.142", title=21, part="133", section="133.142", exists=False)
+    retrieval = RetrieveResult(
+        scope=Scope(citations=[missing], missing_citations=[missing]),
+        hits=[make_hit("21 CFR 133.138", 0.5, 1)], superseded=[make_hit("21 CFR 133.142@1990", 0.7, 1)],
+        mode="hybrid", top_k=10, embedding_model="m",
+    )
+    res = pre_gate(question, retrieval)
+    assert res.refusal.reason == "stale" and "superseded" in res.refusal.message
+
+
+def test_not_found_low_similarity_names_the_closest_section():
+    question, retrieval = case_retrieval("not_found_speed")
+    res = pre_gate(question, retrieval, corpus_titles=[7, 21, 42])
+    assert not res.proceed and res.refusal.reason == "not_found"
+    assert "searched titles 7, 21 and 42" in res.refusal.message
+    assert "closest was 21 CFR 101.100, similarity 0.21" in res.refusal.message
+    assert res.signals["relevance"] < res.signals["relevance_threshold"]
+
+
+def test_not_found_for_a_missing_citation_and_an_unheld_title():
+    missing = CitationRef(raw="21 CFR 133.999", title=21, part="133", section="133.999", exists=False)
+    retrieval = RetrieveResult(scope=Scope(citations=[missing], missing_citations=[missing]),
+                               hits=[make_hit("21 CFR 133.113", 0.45, 1)], mode="hybrid", top_k=10,
+                               embedding_model="m")
+    res = pre_gate("What does 21 CFR 133.999 require?", retrieval)
+    assert res.refusal.reason == "not_found" and "21 CFR 133.999" in res.refusal.message
+    retrieval = RetrieveResult(scope=Scope(unsupported_titles=[40]), hits=[make_hit("21 CFR 101.100", 0.31, 1)],
+                               mode="hybrid", top_k=10, embedding_model="m")
+    res = pre_gate("Under 40 CFR, what are the sulfur dioxide emission limits?", retrieval)
+    assert res.refusal.reason == "not_found" and "title 40" in res.refusal.message
+
+
+def test_a_cited_existing_section_is_never_not_found():
+    cited = CitationRef(raw="21 CFR 133.142", title=21, part="133", section="133.142", exists=True)
+    retrieval = RetrieveResult(scope=Scope(citations=[cited]), hits=[make_hit("21 CFR 133.142", 0.12, 1)],
+                               mode="hybrid", top_k=10, embedding_model="m")
+    assert pre_gate("Summarise 21 CFR 133.142.", retrieval).proceed
+
+
+def test_thresholds_come_from_settings_and_can_be_overridden():
+    th = ScorerThresholds.from_settings(Settings(not_found_min_similarity=0.95))
+    assert th.not_found_min_similarity == 0.95 and th.weight_retrieval == 0.35 and th.tier_high == 0.75
+    question, retrieval = case_retrieval("proceed_curing_agree")
+    assert pre_gate(question, retrieval, th).refusal.reason == "not_found"
+    assert pre_gate(question, retrieval, th.replace(not_found_min_similarity=0.3)).proceed
+
+
+async def test_service_pre_is_async(scorer):
+    question, retrieval = case_retrieval("proceed_gouda")
+    res = await scorer.pre(PreGateRequest(question=question, retrieval=retrieval))
+    assert res.proceed
+
+
+# --------------------------------------------------------------------------------------------
+# post-generation gate
+# --------------------------------------------------------------------------------------------
+async def test_post_gate_passes_a_grounded_answer(scorer):
+    req = gouda_post(GOUDA_PLAIN, GOUDA_LEGAL, [Quote(text=GOUDA_QUOTE, cfr_ref="21 CFR 133.142")])
+    res = await scorer.post(req)
+    assert res.passed and res.refusal is None, res.refusal
+    assert res.flags == []
+    assert [q.verified for q in res.quotes] == [True]
+    assert res.confidence.citation_coverage == 1.0
+    assert all(s.supported for s in res.sentences)
+    assert res.confidence.tier in ("high", "medium")
+
+
+def test_post_gate_extractive_answer_is_fully_supported(scorer):
+    sentences = split_sentences(GOUDA)
+    req = gouda_post(GOUDA, GOUDA_LEGAL, [Quote(text=GOUDA_QUOTE, cfr_ref="21 CFR 133.142")])
+    res = scorer.post_sync(req)
+    assert res.passed
+    assert len(res.sentences) == len(sentences) >= 1
+    assert all(s.supported and s.support == 1.0 for s in res.sentences)
+    assert res.confidence.signals["claim_support_share"] == 1.0
+
+
+def test_made_up_figure_is_refused(scorer):
+    req = gouda_post("Gouda needs 52% milkfat.", GOUDA_LEGAL, [Quote(text=GOUDA_QUOTE, cfr_ref="21 CFR 133.142")])
+    res = scorer.post_sync(req)
+    assert not res.passed and res.refusal.reason == "unsupported_figure"
+    assert res.refusal.evidence[0].figures == ["52 percent"]
+    assert "plain answer" in res.refusal.evidence[0].detail
+    assert "52 percent" in res.refusal.message
+    assert res.plain_english == "" and res.legal == ""  # nothing unsupported leaks
+
+
+def test_figure_forms_are_normalised(scorer):
+    plain = ("Gouda cheese needs a minimum milkfat content of 46% of the solids, with moisture of no more than "
+             "forty-five percent, as set out in 21 CFR 133.142 and § 133.5(a)(1).")
+    res = scorer.post_sync(gouda_post(plain, GOUDA_LEGAL, [Quote(text=GOUDA_QUOTE, cfr_ref="21 CFR 133.142")]))
+    assert res.passed, res.refusal
+    assert res.confidence.signals["figures_unsupported"] == 0
+
+
+def test_fabricated_quote_is_stripped_and_flagged(scorer):
+    fake = "gouda cheese shall be aged for not less than 90 days"
+    legal = f"Under 21 CFR 133.142, “{GOUDA_QUOTE}”. The section also provides that “{fake}”."
+    req = gouda_post(GOUDA_PLAIN, legal, [Quote(text=GOUDA_QUOTE, cfr_ref="21 CFR 133.142"),
+                                          Quote(text=fake, cfr_ref="21 CFR 133.142")])
+    res = scorer.post_sync(req)
+    assert res.passed, res.refusal
+    assert "stripped_quote" in res.flags
+    assert [q.text for q in res.quotes] == [GOUDA_QUOTE] and res.quotes[0].verified
+    assert "90 days" not in res.legal and GOUDA_QUOTE in res.legal
+
+
+def test_only_fabricated_quotes_refuse(scorer):
+    fake = "gouda cheese shall be aged for not less than 90 days"
+    req = gouda_post(GOUDA_PLAIN, f"Under 21 CFR 133.142, “{fake}”.", [Quote(text=fake, cfr_ref="21 CFR 133.142")])
+    res = scorer.post_sync(req)
+    assert not res.passed and res.refusal.reason == "unverified_quote"
+    assert res.refusal.evidence[0].cfr_ref == "21 CFR 133.142" and "not found verbatim" in res.refusal.evidence[0].detail
+
+
+def test_quote_with_curly_quotes_and_extra_whitespace_is_verified():
+    hit = make_hit("21 CFR 133.113")
+    sections = {hit.cfr_ref: hit}
+    quote = Quote(text="“The dairy  ingredients may be declared,\n in descending order or predominance, by the use of "
+                       "the terms ‘milkfat and nonfat milk’ or ‘nonfat milk and milkfat’, as appropriate”",
+                  cfr_ref="21 CFR 133.113")
+    assert verify_quote(quote, sections)[0]
+    elided = Quote(text="Cheddar cheese is the food prepared by the procedure … which produces a finished cheese",
+                   cfr_ref="21 CFR 133.113")
+    assert verify_quote(elided, sections)[0]
+    assert not verify_quote(Quote(text="Cheddar cheese is aged for 90 days", cfr_ref="21 CFR 133.113"), sections)[0]
+    assert not verify_quote(quote.model_copy(update={"cfr_ref": "21 CFR 133.142"}), sections)[0]
+
+
+def test_citation_to_a_section_not_retrieved_is_stripped(scorer):
+    plain = GOUDA_PLAIN + " Swiss cheese rules in 21 CFR 133.195 work the same way for holes."
+    req = gouda_post(plain, GOUDA_LEGAL, [Quote(text=GOUDA_QUOTE, cfr_ref="21 CFR 133.142")],
+                     citations=("21 CFR 133.142", "21 CFR 133.195"))
+    res = scorer.post_sync(req)
+    assert res.passed, res.refusal
+    assert "stripped_citation" in res.flags
+    assert "133.195" not in res.plain_english and [c.cfr_ref for c in res.citations] == ["21 CFR 133.142"]
+    assert res.confidence.citation_coverage == 0.5  # 133.142 retrieved, 133.195 not
+
+
+def test_mostly_unsupported_answer_is_refused(scorer):
+    plain = ("Cheese makers must register every vat with the Department of Agriculture. Gouda wheels must be "
+             "aged in oak barrels inside a licensed cave. Labels on imported wheels must be printed in red ink. "
+             "Gouda cheese has a minimum milkfat content of 46 percent by weight of the solids.")
+    res = scorer.post_sync(gouda_post(plain, GOUDA_LEGAL, [Quote(text=GOUDA_QUOTE, cfr_ref="21 CFR 133.142")]))
+    assert not res.passed and res.refusal.reason == "unsupported_claims"
+    flagged = [s for s in res.sentences if not s.supported]
+    assert len(flagged) == 3 and res.sentences[-1].supported
+
+
+def test_one_unsupported_sentence_is_flagged_not_refused(scorer):
+    plain = GOUDA_PLAIN + " Gouda wheels must be aged in oak barrels inside a licensed cave."
+    res = scorer.post_sync(gouda_post(plain, GOUDA_LEGAL, [Quote(text=GOUDA_QUOTE, cfr_ref="21 CFR 133.142")]))
+    assert res.passed and "unsupported_sentence" in res.flags
+    assert [s.supported for s in res.sentences] == [True, False]
+
+
+def test_provider_refusal_is_named(scorer):
+    question, retrieval = case_retrieval("proceed_gouda")
+    req = PostGateRequest(question=question, retrieval=retrieval, sections=retrieval.hits[:1],
+                          plain=gen("plain", "", refused=True), legal=gen("legal", "", refused=True))
+    res = scorer.post_sync(req)
+    assert res.refusal.reason == "provider_unavailable"
+
+
+# --------------------------------------------------------------------------------------------
+# confidence and figures
+# --------------------------------------------------------------------------------------------
+def test_confidence_arithmetic_is_exact():
+    conf = compute_confidence([0.8, 0.6, 0.4, 0.9], 1.0)
+    assert conf.retrieval_score == pytest.approx(0.6)
+    assert conf.score == pytest.approx(0.35 * 0.6 + 0.65 * 1.0) == pytest.approx(0.86)
+    assert conf.tier == "high"
+    assert compute_confidence([0.8, None, 0.4], 0.5).score == pytest.approx(0.35 * 0.4 + 0.65 * 0.5)
+    assert compute_confidence([0.8, None, 0.4], 0.5).tier == "low"
+    assert compute_confidence([0.6, 0.6, 0.6], 0.5).tier == "medium"  # 0.535
+    assert compute_confidence([0.9], 1.0, not_found=True).tier == "not_found"
+    assert retrieval_score([]) == 0.0
+    th = ScorerThresholds(weight_retrieval=0.5, weight_coverage=0.5, tier_high=0.9)
+    assert compute_confidence([0.8, 0.6, 0.4], 1.0, th).tier == "medium"
+
+
+def test_citation_coverage_falls_back_to_structured_fields():
+    assert citation_coverage(["21 CFR 133.142", "21 CFR 9.1"], {"21 CFR 133.142"}) == (0.5, "text")
+    assert citation_coverage([], {"21 CFR 133.142"}, structured_refs=["21 CFR 133.142"]) == (1.0, "structured")
+    assert citation_coverage([], {"21 CFR 133.142"}) == (0.0, "none")
+    assert citation_coverage(["21 CFR part 133"], set(), retrieved_parts={(21, "133")}) == (1.0, "text")
+
+
+def test_figure_extraction_normalises_and_ignores_citations():
+    keys = lambda t: [f.key for f in extract_figures(t)]  # noqa: E731
+    assert keys("50 percent") == keys("50%") == ["50 percent"]
+    assert keys("$1,000") == keys("1000 dollars") == ["$1000"]
+    assert keys("thirty days") == keys("30 days") == ["30 days"]
+    assert keys("under 21 CFR 133.150(a)(1) and § 133.5(a), (b), and (d), parts 101 and 130") == []
+    assert keys("[48 FR 2744, Jan. 21, 1983]") == ["1983-01-21"]
+    assert keys("85 to 90 percent") == ["85 percent", "90 percent"]
+    assert keys("143 °F for 30 minutes") == ["143 °F", "30 minutes"]
+    assert extract_figures("see 133.150", extra_refs={"133.150"}) == []
+    refs = [r.cfr_ref for r in find_cfr_refs("21 CFR 133.142 and 133.138; § 133.5(a); 21 CFR part 133")]
+    assert refs == ["21 CFR 133.142", "21 CFR 133.138", "21 CFR 133.5", "21 CFR part 133"]
+    assert normalise_text("“a”\u00a0—  ‘b’") == "\"a\" - 'b'"
