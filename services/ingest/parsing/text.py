@@ -15,6 +15,7 @@ Rules:
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -62,6 +63,7 @@ def _letter_ord(tok: str) -> int:
     return (len(tok) - 1) * 26 + ord(tok[0].lower()) - 96
 
 
+@functools.lru_cache(maxsize=4096)
 def _candidates(tok: str) -> list[tuple[str, int]]:
     if tok.isdigit():
         return [("digit", int(tok))]
@@ -216,16 +218,16 @@ class Body:
                 toks[i] = toks[i] + extra  # "(a) Scope and purpose. (1) This subpart ..." is (a)(1)
         paragraphs: list[Paragraph] = []
         pos = 0
-        n = len(self.lines)
+        following: list[list[str]] = [[]] * len(toks)  # tokens of the next designated paragraph (look-ahead)
+        upcoming: list[str] = []
+        for i in range(len(toks) - 1, -1, -1):
+            following[i] = upcoming
+            if toks[i]:
+                upcoming = toks[i]
         for i, line in enumerate(self.lines):
             designation = ""
             if toks[i]:
-                nxt: list[str] = []
-                for j in range(i + 1, n):
-                    if toks[j]:
-                        nxt = toks[j]
-                        break
-                designation = tracker.feed(toks[i], nxt)
+                designation = tracker.feed(toks[i], following[i])
             paragraphs.append(Paragraph(designation, pos, pos + len(line)))
             pos += len(line) + 1
         return "\n".join(self.lines), paragraphs
@@ -266,12 +268,12 @@ def _html_table(el: etree._Element, body: Body, tracked: bool) -> None:
 
 def _inner_tokens(el: etree._Element) -> list[str] | None:
     """Tokens that open the text after an italic paragraph heading: ``(a) <E>Scope.</E> (1) This ...``."""
-    if not len(el):
+    lead = (el.text or "").strip()
+    if not lead.startswith("(") or not len(el):
         return None
     first = el[0]
     if first.tag not in ("E", "I", "B") or not first.tail:
         return None
-    lead = (el.text or "").strip()
     if not lead.startswith("(") or "".join(f"({t})" for t in leading_tokens(lead)) != lead.replace(" ", ""):
         return None
     return leading_tokens(first.tail.lstrip()) or None
