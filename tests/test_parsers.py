@@ -493,3 +493,22 @@ def test_gzip_detected_by_magic_not_suffix(tmp_path):
     shutil.copy(CORPUS / AXIOM.format("title-7-part-280"), odd)
     [u] = list(parse_file(odd))
     assert u.cfr_ref == "7 CFR 280.1"
+
+
+def test_ecfr_whole_title_structure_fixture():
+    """A whole-title response: chapter and agency come from DIV3, title from DIV1."""
+    units = list(parse_file(FIXTURES / "ecfr_title_structure.xml"))
+    assert [(u.section, u.kind) for u in units] == [
+        ("999.1", "section"), ("999.2", "section"), ("Appendix A to Part 999", "appendix")]
+    first, removed, appendix = units
+    assert (first.title, first.chapter, first.agency) == (42, "IV", "Centers for Medicare & Medicaid Services")
+    assert first.subchapter == "B—MEDICARE PROGRAM"
+    assert first.subpart == "A—General"
+    assert first.subject_group == "Definitions and Scope"
+    assert first.part_heading == "PART 999—STRUCTURE TEST"
+    assert first.source_date == "2024-05-01"
+    assert first.text == "This part is a test.\nItem | Amount\nPremium | $174.70"
+    assert first.editorial_notes == ["Note 1 to § 999.1: A note is kept apart."]
+    assert removed.removed and not removed.reserved and removed.heading == "[Removed]"
+    assert appendix.heading == "Worked Examples" and appendix.text == "Example text."
+    assert appendix.cfr_ref == "42 CFR Appendix A to Part 999"
