@@ -413,3 +413,17 @@ def test_figure_extraction_normalises_and_ignores_citations():
     refs = [r.cfr_ref for r in find_cfr_refs("21 CFR 133.142 and 133.138; § 133.5(a); 21 CFR part 133")]
     assert refs == ["21 CFR 133.142", "21 CFR 133.138", "21 CFR 133.5", "21 CFR part 133"]
     assert normalise_text("“a”\u00a0—  ‘b’") == "\"a\" - 'b'"
+
+
+def test_answer_furniture_is_not_a_figure():
+    text = "1. Under 21 CFR, gouda is covered.\n2) Title 21 CFR part 133 applies; see (b)(2) and 21 CFR 133.142(a)."
+    assert extract_figures(text) == []
+    assert [f.key for f in extract_figures("a 46-percent minimum")] == ["46 percent"]
+
+
+def test_sibling_figures_only_matter_when_the_question_asks_for_one():
+    question, retrieval = case_retrieval("divergent_milkfat")
+    res = pre_gate("Which cheeses does part 133 cover?", retrieval)
+    assert res.proceed and res.signals["asks_for_figure"] == 0.0
+    question, retrieval = case_retrieval("conflicting_pasteurized")
+    assert pre_gate("What does it mean for milk to be pasteurized?", retrieval).proceed

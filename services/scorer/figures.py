@@ -76,7 +76,7 @@ _UNITS: list[tuple[str, str]] = [
     (r"units?|iu\b|international\s+units?", "units"),
     (r"times", "times"),
 ]
-_UNIT_RE = re.compile(r"\s*(?:(?:of\s+)?a\s+)?(" + "|".join(f"(?:{p})" for p, _ in _UNITS) + r")", re.I)
+_UNIT_RE = re.compile(r"(?:\s*-\s*|\s*)(?:(?:of\s+)?a\s+)?(" + "|".join(f"(?:{p})" for p, _ in _UNITS) + r")", re.I)
 _UNIT_LOOKUP = [(re.compile(rf"^(?:{p})$", re.I), u) for p, u in _UNITS]
 
 # words used for numbers next to a unit ("thirty days", "one-half percent")
@@ -178,6 +178,8 @@ _MASK_PATTERNS = [
     # footnote markers in table cells ("145 °F 1 |")
 ]
 _MASK_RE = re.compile("|".join(f"(?:{p})" for p in _MASK_PATTERNS), re.I)
+# "1. " / "2) " list markers at the start of a line, and a bare "21 CFR" / "Title 21 CFR"
+_LIST_MARKER_RE = re.compile(r"^\s*\d{1,2}[.)](?=\s)|\b\d{1,2}\s*C\.?\s?F\.?\s?R\b\.?", re.M | re.I)
 
 
 def mask_non_figures(text: str, extra_refs: set[str] | None = None) -> str:
@@ -186,6 +188,7 @@ def mask_non_figures(text: str, extra_refs: set[str] | None = None) -> str:
         return " " * (m.end() - m.start())
 
     masked = _MASK_RE.sub(blank, text)
+    masked = _LIST_MARKER_RE.sub(blank, masked)
     for ref in extra_refs or ():
         masked = re.sub(rf"(?<![\d.]){re.escape(ref)}(?![\d])", lambda m: " " * len(m.group(0)), masked)
     return masked

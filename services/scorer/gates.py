@@ -318,6 +318,22 @@ def analyse_question(question: str) -> QuestionTerms:
     return QuestionTerms(stems, key, anchors, tokens(question))
 
 
+_ASKS_FOR_FIGURE = re.compile(
+    r"\b(?:how\s+(?:much|many|long|often|hot|cold|large|big|small|high|low|old|soon|far)|minimum|maximum|min|max|"
+    r"at\s+least|at\s+most|no\s+more\s+than|not\s+(?:less|more)\s+than|limits?|thresholds?|percent(?:age)?s?|"
+    r"temperatures?|degrees?|days?|hours?|minutes?|seconds?|weeks?|months?|years?|amounts?|levels?|contents?|"
+    r"sizes?|weights?|volumes?|rates?|doses?|dosages?|concentrations?|ppm|mg|milligrams?|grams?|calories|"
+    r"deadlines?|periods?|fees?|costs?|prices?|tolerances?|proportions?|ratios?|quantity|quantities|"
+    r"what\s+(?:percent|temperature|level|amount))\b|%|\$",
+    re.I,
+)
+
+
+def asks_for_figure(question: str) -> bool:
+    """Whether the question asks for a quantity (divergent/conflicting figures only matter then)."""
+    return bool(_ASKS_FOR_FIGURE.search(question))
+
+
 _TEMPORAL_BEFORE = re.compile(
     r"(?:\b(?:in|as of|before|during|on|prior to|until|back in|circa|effective|of|from|for)\s+(?:(?:early|late|mid)[\s-]+)?"
     r"(?:the\s+)?(?:year\s+)?)$",
@@ -638,6 +654,8 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
 
     # 8. siblings: divergent, or the one the question names ----------------------------------------------
     pool = entitled[: th.pool_size]
+    figure_question = asks_for_figure(question)
+    signals["asks_for_figure"] = float(figure_question)
     family = find_family(pool, th)
     sections = list(entitled)
     key = set(q.key)
@@ -658,7 +676,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             figs, _ = primary_figures(m.text, key, q.anchors, th.figure_window_tokens)
             if figs:
                 per_member.append((m, figs))
-        if len(per_member) >= 2:
+        if len(per_member) >= 2 and figure_question:
             units = Counter(f.unit for _, figs in per_member for f in figs)
             unit = units.most_common(1)[0][0]
             values = {}
@@ -696,6 +714,8 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     strong = [h for h in sections[: th.pool_size]
               if _sim(h) >= top_sim - th.conflict_similarity_window
               and _sim(h) >= th.not_found_min_similarity + th.conflict_min_similarity_over_threshold][:5]
+    if not figure_question:
+        strong = []
     family_refs = {m.cfr_ref for m in family.members} if family else set()
     conflict_key = set(q.key) - ({family.word} if family else set())
     figs_of = {h.cfr_ref: primary_figures(h.text, conflict_key, q.anchors, th.figure_window_tokens,
