@@ -19,11 +19,10 @@ from shared.messages import (
     Quote,
     RetrieveResult,
     Scope,
-    SubjectMatch,
 )
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence, retrieval_score
 from services.scorer.figures import extract_figures, find_cfr_refs, normalise_text
-from services.scorer.gates import post_gate, pre_gate, verify_quote
+from services.scorer.gates import pre_gate, verify_quote
 from services.scorer.service import Scorer
 from services.scorer.support import split_sentences
 

@@ -32,11 +32,9 @@ from dataclasses import dataclass, field
 from shared.messages import (
     Citation,
     Evidence,
-    GenerateResult,
     Hit,
     PostGateRequest,
     PostGateResult,
-    PreGateRequest,
     PreGateResult,
     Quote,
     Refusal,
@@ -574,9 +572,14 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             if current is not None:
                 cur_figs = primary_figures(current.text, q.key, q.anchors, th.figure_window_tokens)[0]
                 ev.append(_evidence(current, [f.key for f in cur_figs], detail="active version"))
-                msg = (f"The best match is the superseded version of {s.cfr_ref} (source date {_iso(s.source_date)}); "
-                       f"the text in force is {current.cfr_ref} as of {_iso(current.source_date)}, so an answer from the "
-                       f"old text would be out of date.")
+                if current.cfr_ref == s.cfr_ref:
+                    msg = (f"The best match is the superseded version of {s.cfr_ref} (source date "
+                           f"{_iso(s.source_date)}), not the version in force (source date {_iso(current.source_date)}), "
+                           f"so an answer from the old text would be out of date.")
+                else:
+                    msg = (f"The best match is a superseded version of {s.cfr_ref} (source date {_iso(s.source_date)}) "
+                           f"with no version in force here, and the closest text in force, {current.cfr_ref}, matches "
+                           f"far less well, so an answer would rest on out-of-date text.")
             else:
                 msg = (f"The only matching text is a superseded version of {s.cfr_ref} (source date "
                        f"{_iso(s.source_date)}), so it cannot answer for the rules now in force.")
@@ -811,10 +814,6 @@ def _remove_sentences(text: str, predicate) -> tuple[str, int]:
         if kept:
             out_lines.append(" ".join(kept))
     return "\n".join(out_lines).strip(), removed
-
-
-def _ref_key(ref: str) -> str:
-    return re.sub(r"\s+", " ", ref.strip())
 
 
 def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
