@@ -47,8 +47,13 @@ class Generator:
         return self.primary.name, self.primary.model
 
     def warm(self) -> None:
-        """Load the local embedder now (the extractive answerer needs it; ~6 s) instead of on first use."""
+        """Load the local embedder (extractive needs it; ~6 s) and the provider's SDK now, not on first use.
+
+        Blocking; call it once at worker start-up (e.g. ``await asyncio.to_thread(generator.warm)``).
+        """
         self.extractive.warm()
+        if self.primary is not self.extractive:
+            self.primary.warm()
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         if not request.sections:

@@ -65,6 +65,13 @@ class AnthropicProvider:
             )
         return self._client
 
+    def warm(self) -> None:
+        """Import the SDK (~1.8 s) and build the client now rather than inside the first request."""
+        import anthropic  # noqa: F401
+
+        if self.settings.anthropic_api_key is not None and self.settings.anthropic_api_key.get_secret_value():
+            self._get_client()
+
     def build_messages(self, request: GenerateRequest) -> tuple[str, list[dict[str, Any]]]:
         prompt = load_prompt(request.step)
         documents = [

@@ -15,7 +15,8 @@ Sentence score = 0.50 * cosine(question, heading + sentence) with the local Mini
 Picked: the best sentence, then up to 3 more scoring >= 86 % of it (another section only >= 92 %, at most one),
 not redundant with those already picked; a second one (same section first, then a section the first one
 refers to) when it is close enough (75 %, 60 % for the referenced section): a weak filler is worse than none;
-a list item brings its lead-in ("... except that:"). Sections in order of their best sentence.
+a list item brings its lead-in ("... except that:") and a lead-in its two best items. Sections in order of
+their best sentence.
 Without an embedder (load failure) the cosine term is dropped and the rest still decides.
 """
 from __future__ import annotations
@@ -262,10 +263,39 @@ class ExtractiveProvider:
             lead = self._lead_in(s, ranked)
             if lead is not None and lead not in chosen and len(chosen) <= MAX_SENTENCES:
                 chosen.append(lead)
+        # ... and a lead-in picked on its own brings its best items ("The following ... may be used:")
+        for s in list(chosen):
+            for child in self._items(s, ranked, chosen):
+                if len(chosen) <= MAX_SENTENCES:
+                    chosen.append(child)
         section_best: dict[int, float] = {}
         for s in chosen:
             section_best[s.unit.hit_index] = max(section_best.get(s.unit.hit_index, 0.0), s.score)
         return sorted(chosen, key=lambda s: (-section_best[s.unit.hit_index], s.unit.hit_index, s.unit.position))
+
+    def _items(self, lead: Scored, ranked: list[Scored], chosen: list[Scored]) -> list[Scored]:
+        if not lead.unit.text.rstrip().endswith(":"):
+            return []
+        mine = paragraph_at(lead.hit, lead.body_start)
+        if not mine:
+            return []
+
+        def is_item(other: Scored) -> bool:
+            theirs = paragraph_at(other.hit, other.body_start)
+            return (
+                other.hit is lead.hit and other.unit.position > lead.unit.position and theirs is not None
+                and theirs.startswith(mine) and theirs != mine
+            )
+
+        if any(is_item(c) for c in chosen):
+            return []
+        items: list[Scored] = []
+        for other in ranked:  # best first
+            if len(items) == 2:
+                break
+            if is_item(other) and not any(self._redundant(other, c) for c in chosen + items):
+                items.append(other)
+        return items
 
     @staticmethod
     def _lead_in(s: Scored, ranked: list[Scored]) -> Scored | None:

@@ -47,6 +47,13 @@ class OpenAIProvider:
             )
         return self._client
 
+    def warm(self) -> None:
+        """Import the SDK and build the client now rather than inside the first request."""
+        import openai  # noqa: F401
+
+        if self._api_key() is not None:
+            self._get_client()
+
     def build_messages(self, request: GenerateRequest) -> list[dict[str, str]]:
         prompt = load_prompt(request.step)
         user = prompt.render_user(
