@@ -118,6 +118,11 @@ async def send_reply(r: aioredis.Redis, reply_to: str, reply: Reply, ttl_s: int)
     await _retrying(_send, f"reply to {reply_to}")
 
 
+async def publish_event(r: aioredis.Redis, stream: str, event: BaseModel, maxlen: int) -> None:
+    data = event.model_dump_json()
+    await _retrying(lambda: r.xadd(stream, {FIELD: data}, maxlen=maxlen, approximate=True), f"event to {stream}")
+
+
 def decode_entry(fields: dict) -> Envelope:
     raw = fields.get(FIELD) if FIELD in fields else fields.get(FIELD.encode())
     if raw is None:

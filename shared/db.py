@@ -29,7 +29,18 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     except ValueError:
         # the extension does not exist yet (first connection before migrations): nothing to register
         pass
-    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    # binary format, so COPY (binary) can load jsonb columns too
+    await conn.set_type_codec(
+        "jsonb", encoder=_jsonb_encode, decoder=_jsonb_decode, schema="pg_catalog", format="binary"
+    )
+
+
+def _jsonb_encode(value: Any) -> bytes:
+    return b"\x01" + json.dumps(value).encode()
+
+
+def _jsonb_decode(data: bytes) -> Any:
+    return json.loads(data[1:])
 
 
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:

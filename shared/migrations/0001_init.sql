@@ -35,8 +35,9 @@ CREATE TABLE ingest_runs (
     started_at  timestamptz NOT NULL DEFAULT now(),
     finished_at timestamptz
 );
--- a duplicate concurrent ingest of one title is refused by this index
-CREATE UNIQUE INDEX ingest_runs_one_running_per_title ON ingest_runs (coalesce(title, 0)) WHERE state IN ('queued', 'running');
+-- a duplicate concurrent ingest of one title is refused by a per-title advisory lock (released if the
+-- ingesting process dies), not by this table
+CREATE INDEX ingest_runs_started ON ingest_runs (started_at DESC);
 
 CREATE TABLE sections (
     id               bigserial PRIMARY KEY,
