@@ -303,6 +303,7 @@ class StreamWorker:
             metrics.STREAM_MESSAGES.labels(stream, "bad_request").inc()
             await msg.ack()
             return
+        lease = asyncio.create_task(self._hold_lease(entry_id), name=f"lease:{entry_id}")
         try:
             result = await self.handler(envelope.kind, payload, envelope)
         except BadRequest as exc:
@@ -318,6 +319,8 @@ class StreamWorker:
             await self.redis.set(self._error_key(entry_id), detail[:2000], ex=86400)
             metrics.STREAM_MESSAGES.labels(stream, "error").inc()
             return
+        finally:
+            lease.cancel()
         reply = Reply(
             request_id=envelope.request_id, trace_id=envelope.trace_id, kind=envelope.kind, ok=True,
             payload=result.model_dump(mode="json") if result is not None else {}, worker=self.consumer,
@@ -329,6 +332,19 @@ class StreamWorker:
         await msg.ack()
         metrics.STREAM_MESSAGES.labels(stream, "ok").inc()
         metrics.STREAM_HANDLE_SECONDS.labels(stream).observe(time.perf_counter() - started)
+
+    async def _hold_lease(self, entry_id: str) -> None:
+        """A live handler keeps its entry's idle time low (XCLAIM … JUSTID to itself), so a long ingest or a
+        slow provider call is not reclaimed by another consumer; a dead one stops renewing and is."""
+        interval = max(self.settings.reclaim_idle_ms / 3000, 0.2)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.redis.xclaim(self.spec.name, self.spec.group, self.consumer, 0, [entry_id], justid=True)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a missed renewal only risks a duplicate, which is idempotent
+                log.warning("lease renewal of %s failed: %s", entry_id, exc)
 
     async def _reply_error(self, envelope: Envelope, code: str, message: str) -> None:
         if not envelope.reply_to:

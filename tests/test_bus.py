@@ -272,3 +272,29 @@ async def _request_with_retry(client, spec, text, attempts=6):
             last = exc
             await asyncio.sleep(0.5)
     raise AssertionError(f"no reply after restart: {last}")
+
+
+async def test_a_slow_live_handler_is_not_reclaimed(settings):
+    """A handler that works longer than reclaim_idle_ms keeps its lease: no second consumer runs it."""
+    spec = _spec()
+    runs = []
+
+    async def slow(kind, payload, envelope):
+        runs.append(envelope.request_id)
+        await asyncio.sleep(settings.reclaim_idle_ms / 1000 * 3)
+        return Echo(text="slow but sure")
+
+    first = StreamWorker(spec, slow, settings)
+    second = StreamWorker(spec, slow, settings)
+    await first.start()
+    await second.start()
+    client = BusClient(settings)
+    await client.start()
+    try:
+        reply = await client.request(spec, "echo", Echo(text="x"), timeout=30)
+        assert reply["text"] == "slow but sure"
+        assert len(runs) == 1
+    finally:
+        await client.close()
+        await first.stop()
+        await second.stop()
