@@ -179,3 +179,121 @@ async def active_corpus_summary(conn: asyncpg.Connection | asyncpg.Pool) -> list
 async def active_titles(conn: asyncpg.Connection | asyncpg.Pool) -> list[int]:
     rows = await conn.fetch("SELECT title FROM corpus_versions WHERE status = 'active' ORDER BY title")
     return [r["title"] for r in rows]
+
+
+# --------------------------------------------------------------------------------------------
+# retrieval queries (all readers of active rows go through active_rows)
+# --------------------------------------------------------------------------------------------
+async def catalog_rows(conn: asyncpg.Connection | asyncpg.Pool) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        f"SELECT s.id, s.cfr_ref, s.title, s.part, s.section, s.heading, s.kind, s.reserved FROM sections s "
+        f"WHERE {active_rows('s')}"
+    )
+
+
+async def active_signature(conn: asyncpg.Connection | asyncpg.Pool) -> tuple:
+    rows = await conn.fetch("SELECT version_id FROM corpus_versions WHERE status = 'active' ORDER BY version_id")
+    return tuple(r["version_id"] for r in rows)
+
+
+async def active_embedding_models(conn: asyncpg.Connection | asyncpg.Pool) -> list[str]:
+    rows = await conn.fetch("SELECT DISTINCT embedding_model FROM corpus_versions WHERE status = 'active'")
+    return [r["embedding_model"] for r in rows]
+
+
+async def dense_window_search(
+    conn: asyncpg.Connection, query_vector, model: str, dim: int, limit: int, ef_search: int = 100
+) -> list[asyncpg.Record]:
+    """Best windows by cosine over the partial HNSW index of ``model``; one row per section (its best window).
+
+    The model name is a literal (not a parameter) so a cached generic plan still matches the partial
+    index; iterative scans keep returning rows when the active filter removes candidates.
+    """
+    async with conn.transaction():
+        await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        return await conn.fetch(
+            f"""
+            WITH nearest AS MATERIALIZED (
+                SELECT w.section_id, 1 - (w.embedding::vector({dim}) <=> $1::vector({dim})) AS similarity
+                FROM section_windows w
+                WHERE {active_rows('w')} AND w.embedding_model = {sql_literal(model)}
+                ORDER BY w.embedding::vector({dim}) <=> $1::vector({dim})
+                LIMIT $2
+            )
+            SELECT section_id, max(similarity) AS similarity FROM nearest GROUP BY section_id
+            ORDER BY similarity DESC
+            """,
+            query_vector, limit,
+        )
+
+
+async def fulltext_search(
+    conn: asyncpg.Connection | asyncpg.Pool, tsquery: str, limit: int
+) -> list[asyncpg.Record]:
+    """PostgreSQL full-text search over the weighted tsvector (heading A, hierarchy B, text D)."""
+    return await conn.fetch(
+        f"""
+        SELECT s.id AS section_id, ts_rank_cd(s.tsv, q, 1) AS rank
+        FROM sections s, to_tsquery('english', $1) q
+        WHERE {active_rows('s')} AND s.tsv @@ q
+        ORDER BY rank DESC
+        LIMIT $2
+        """,
+        tsquery, limit,
+    )
+
+
+async def section_similarities(
+    conn: asyncpg.Connection | asyncpg.Pool, section_ids: list[int], query_vector, model: str, dim: int
+) -> dict[int, float]:
+    """Exact best-window cosine for given sections (hits that came from full-text or citations)."""
+    if not section_ids:
+        return {}
+    rows = await conn.fetch(
+        f"""
+        SELECT w.section_id, max(1 - (w.embedding::vector({dim}) <=> $2::vector({dim}))) AS similarity
+        FROM section_windows w
+        WHERE {active_rows('w')} AND w.embedding_model = {sql_literal(model)} AND w.section_id = ANY($1::bigint[])
+        GROUP BY w.section_id
+        """,
+        section_ids, query_vector,
+    )
+    return {r["section_id"]: float(r["similarity"]) for r in rows}
+
+
+async def active_sections_by_id(conn: asyncpg.Connection | asyncpg.Pool, ids: list[int]) -> dict[int, asyncpg.Record]:
+    if not ids:
+        return {}
+    rows = await conn.fetch(
+        f"SELECT {SECTION_COLUMNS} FROM sections s WHERE {active_rows('s')} AND s.id = ANY($1::bigint[])", ids
+    )
+    return {r["id"]: r for r in rows}
+
+
+async def active_ids_for_refs(conn: asyncpg.Connection | asyncpg.Pool, refs: list[str]) -> dict[str, int]:
+    if not refs:
+        return {}
+    rows = await conn.fetch(
+        f"SELECT s.id, s.cfr_ref FROM sections s WHERE {active_rows('s')} AND s.cfr_ref = ANY($1::text[])", refs
+    )
+    return {r["cfr_ref"]: r["id"] for r in rows}
+
+
+async def latest_superseded(
+    conn: asyncpg.Connection | asyncpg.Pool, refs: list[str], query_vector, model: str, dim: int
+) -> list[asyncpg.Record]:
+    """The newest superseded row of each given section, with its similarity to the question — what the
+    scorer's stale check compares against the active text. Superseded rows are read nowhere else."""
+    if not refs:
+        return []
+    return await conn.fetch(
+        f"""
+        SELECT DISTINCT ON (s.cfr_ref) {SECTION_COLUMNS},
+               1 - (s.embedding::vector({dim}) <=> $2::vector({dim})) AS similarity
+        FROM sections s
+        WHERE s.status = 'superseded' AND s.cfr_ref = ANY($1::text[]) AND s.embedding_model = {sql_literal(model)}
+        ORDER BY s.cfr_ref, s.version_id DESC
+        """,
+        refs, query_vector,
+    )

@@ -1,0 +1,4 @@
+from services.generator.worker import SERVICE
+from shared.worker import run_service
+
+run_service(SERVICE)

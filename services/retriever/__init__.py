@@ -1,0 +1,1 @@
+"""Retriever service: scope the question, then hybrid retrieval over the active corpus."""

@@ -1,0 +1,189 @@
+"""Scope, then hybrid retrieval over the active corpus: dense (pgvector HNSW over section windows) and
+PostgreSQL full-text, fused by reciprocal rank with scoping signals, one hit per section."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass
+
+import asyncpg
+import numpy as np
+
+from shared import db
+from shared.config import Settings
+from shared.embeddings import Embedder, get_embedder
+from shared.messages import Hit, ParagraphSpan, RetrieveRequest, RetrieveResult, Scope
+from shared.scoping import Catalog, CatalogEntry, scope_question
+
+log = logging.getLogger(__name__)
+
+MAX_QUESTION_CHARS = 2000
+
+
+class SearchError(ValueError):
+    """A request the retriever cannot serve as asked (e.g. an index built with another embedding model)."""
+
+
+@dataclass(frozen=True)
+class FusionWeights:
+    rrf_k: float = 60.0
+    dense: float = 1.0
+    fulltext: float = 1.0
+    cited: float = 1.0  # a cited section that exists comes first
+    subject: float = 0.05  # a section the question names by its heading
+    cited_part: float = 0.004  # a section of a cited part
+    title_hint: float = 0.002  # a section of a hinted title
+    candidates: int = 60  # sections taken from each list before fusion
+    dense_windows: int = 240  # windows read from the HNSW index
+
+
+class Searcher:
+    def __init__(self, pool: asyncpg.Pool, settings: Settings, embedder: Embedder | None = None,
+                 weights: FusionWeights | None = None):
+        self.pool = pool
+        self.settings = settings
+        self._embedder = embedder
+        self.weights = weights or FusionWeights()
+        self._catalog: Catalog | None = None
+        self._signature: tuple = ()
+        self._checked_at = 0.0
+        self._lock = asyncio.Lock()
+        self._title_part: dict[int, tuple[int, str]] = {}
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = get_embedder(self.settings)
+        return self._embedder
+
+    async def catalog(self) -> Catalog:
+        """The active sections' metadata, reloaded when the active corpus versions change."""
+        now = time.monotonic()
+        if self._catalog is not None and now - self._checked_at < 2.0:
+            return self._catalog
+        async with self._lock:
+            signature = await db.active_signature(self.pool)
+            if self._catalog is None or signature != self._signature:
+                rows = await db.catalog_rows(self.pool)
+                self._title_part = {r["id"]: (r["title"], r["part"]) for r in rows}
+                self._catalog = Catalog([CatalogEntry(r["cfr_ref"], r["title"], r["part"], r["section"], r["heading"],
+                                                      r["kind"], r["reserved"]) for r in rows])
+                self._signature = signature
+                models = await db.active_embedding_models(self.pool)
+                if models and self.embedder.model_name not in models:
+                    raise SearchError(f"the index was embedded with {', '.join(models)}, but this retriever embeds "
+                                      f"queries with {self.embedder.model_name}: set REGS_EMBEDDING_PROVIDER/MODEL "
+                                      f"to match or re-ingest")
+            self._checked_at = now
+            return self._catalog
+
+    async def scope(self, question: str) -> Scope:
+        return scope_question(question, await self.catalog())
+
+    async def search(self, request: RetrieveRequest) -> RetrieveResult:
+        mode = request.mode or self.settings.retrieval_mode
+        top_k = max(1, min(request.top_k or self.settings.top_k, 50))
+        use_scoping = self.settings.scoping if request.scoping is None else request.scoping
+        question = (request.question or "").strip()[:MAX_QUESTION_CHARS]
+        catalog = await self.catalog()
+        model = self.embedder.model_name
+        result = RetrieveResult(scope=Scope(), hits=[], mode=mode, top_k=top_k, embedding_model=model)
+        if not re.search(r"\w", question):
+            result.empty_reason = "the question has no searchable words"
+            return result
+        if not catalog.entries:
+            result.empty_reason = "the corpus is empty: nothing has been ingested yet"
+            return result
+        scope = scope_question(question, catalog) if use_scoping else Scope()
+        result.scope = scope
+        vector = (await asyncio.to_thread(self.embedder.embed_queries, [question]))[0].astype(np.float32)
+        dim = len(vector)
+        w = self.weights
+        scores: dict[int, float] = {}
+        dense_rank: dict[int, int] = {}
+        fulltext_rank: dict[int, int] = {}
+        similarity: dict[int, float] = {}
+        matched: dict[int, list[str]] = {}
+
+        def add(section_id: int, amount: float, how: str) -> None:
+            scores[section_id] = scores.get(section_id, 0.0) + amount
+            matched.setdefault(section_id, [])
+            if how not in matched[section_id]:
+                matched[section_id].append(how)
+
+        async with self.pool.acquire() as conn:
+            if mode in ("hybrid", "dense"):
+                rows = await db.dense_window_search(conn, vector, model, dim, w.dense_windows,
+                                                    self.settings.hnsw_ef_search)
+                for rank, row in enumerate(rows[: w.candidates], start=1):
+                    dense_rank[row["section_id"]] = rank
+                    similarity[row["section_id"]] = float(row["similarity"])
+                    add(row["section_id"], w.dense / (w.rrf_k + rank), "dense")
+            if mode in ("hybrid", "fulltext"):
+                tsquery = await conn.fetchval(
+                    "SELECT string_agg(quote_literal(lexeme), ' | ') FROM unnest(to_tsvector('english', $1))",
+                    question,
+                )
+                if tsquery:
+                    rows = await db.fulltext_search(conn, tsquery, w.candidates)
+                    for rank, row in enumerate(rows, start=1):
+                        fulltext_rank[row["section_id"]] = rank
+                        add(row["section_id"], w.fulltext / (w.rrf_k + rank), "fulltext")
+            if use_scoping:
+                cited_refs = [f"{c.title} CFR {c.section}" for c in scope.citations if c.section]
+                subject_refs = [r for s in scope.subjects for r in s.cfr_refs]
+                ids = await db.active_ids_for_refs(conn, cited_refs + subject_refs)
+                for position, ref in enumerate(cited_refs):
+                    if ref in ids:
+                        add(ids[ref], w.cited * (1 - position * 0.01), "citation")
+                for ref in subject_refs:
+                    if ref in ids:
+                        add(ids[ref], w.subject, "subject")
+                cited_parts = {(c.title, c.part) for c in scope.citations if not c.section}
+                hinted = set(scope.titles)
+                if cited_parts or hinted:
+                    for section_id in list(scores):
+                        entry_title, entry_part = self._title_part.get(section_id, (0, ""))
+                        if (entry_title, entry_part) in cited_parts:
+                            add(section_id, w.cited_part, "cited_part")
+                        if entry_title in hinted:
+                            scores[section_id] += w.title_hint
+                    if cited_parts and not any("cited_part" in m for m in matched.values()):
+                        # a cited part whose sections the question's words did not reach: its first sections
+                        for title, part in cited_parts:
+                            refs = [e.cfr_ref for e in catalog.parts.get((title, part), [])][:top_k]
+                            for ref, section_id in (await db.active_ids_for_refs(conn, refs)).items():
+                                add(section_id, w.cited_part, "cited_part")
+            ranked = sorted(scores, key=lambda sid: -scores[sid])[:top_k]
+            missing = [sid for sid in ranked if sid not in similarity]
+            similarity.update(await db.section_similarities(conn, missing, vector, model, dim))
+            rows = await db.active_sections_by_id(conn, ranked)
+            superseded = await db.latest_superseded(conn, [rows[sid]["cfr_ref"] for sid in ranked[:3] if sid in rows]
+                                                    + [f"{c.title} CFR {c.section}" for c in scope.citations
+                                                       if c.section], vector, model, dim) \
+                if request.include_superseded else []
+        for position, sid in enumerate(ranked, start=1):
+            row = rows.get(sid)
+            if row is None:
+                continue  # swapped out between the searches and the fetch
+            result.hits.append(_hit(row, scores[sid], similarity.get(sid), position, dense_rank.get(sid),
+                                    fulltext_rank.get(sid), matched.get(sid, [])))
+        result.superseded = [_hit(r, 0.0, float(r["similarity"]), 0, None, None, ["superseded"]) for r in superseded]
+        if not result.hits:
+            result.empty_reason = "no section matched the question's words or meaning"
+        return result
+
+
+def _hit(row, score: float, similarity: float | None, rank: int, dense_rank: int | None, fulltext_rank: int | None,
+         matched: list[str]) -> Hit:
+    return Hit(
+        cfr_ref=row["cfr_ref"], title=row["title"], part=row["part"], section=row["section"], heading=row["heading"],
+        score=round(float(score), 6), similarity=None if similarity is None else round(float(similarity), 4),
+        rank=rank, dense_rank=dense_rank, fulltext_rank=fulltext_rank, matched_by=matched, kind=row["kind"],
+        reserved=row["reserved"], removed=row["removed"], status=row["status"], version_id=row["version_id"],
+        source_date=row["source_date"], agency=row["agency"], subpart=row["subpart"], text=row["text"],
+        paragraphs=[ParagraphSpan(**p) for p in (row["paragraphs"] or [])], source_note=row["source_note"],
+        editorial_notes=list(row["editorial_notes"] or []),
+    )

@@ -1,0 +1,47 @@
+"""The scorer worker: consumes regs.score.requests ('pre_gate' before generation, 'post_gate' after)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from services.scorer.service import Scorer
+from shared import db
+from shared.config import Settings
+from shared.messages import Envelope, PostGateRequest, PreGateRequest
+from shared.streams import SCORE
+from shared.worker import ServiceDefinition
+
+_state: dict = {}
+
+
+async def setup(settings: Settings):
+    pool = await db.create_pool(settings.database_url, max_size=2)
+    _state["pool"] = pool
+    scorer = Scorer(settings, corpus_titles=(await db.active_titles(pool)) or None)
+    await asyncio.to_thread(scorer._support_cache)  # load the embedder before traffic
+    refreshed = {"at": time.monotonic()}
+
+    async def handle(kind: str, request, envelope: Envelope):
+        if time.monotonic() - refreshed["at"] > 30:  # the titles named in refusal messages follow ingests
+            scorer.corpus_titles = (await db.active_titles(pool)) or None
+            refreshed["at"] = time.monotonic()
+        if kind == "pre_gate":
+            assert isinstance(request, PreGateRequest)
+            return await scorer.pre(request)
+        assert isinstance(request, PostGateRequest)
+        return await scorer.post(request)
+
+    return handle
+
+
+async def ready() -> dict:
+    await _state["pool"].fetchval("SELECT 1")
+    return {"postgres": "ok"}
+
+
+async def teardown() -> None:
+    if "pool" in _state:
+        await _state["pool"].close()
+
+
+SERVICE = ServiceDefinition("scorer", SCORE, setup, ready, teardown)

@@ -1,0 +1,190 @@
+"""Scoping: work out what a question is about before searching. ONE exported function,
+``scope_question``, used by the retriever, the gateway's search endpoint and the evaluation harness
+(through the gateway). Nothing else re-implements a piece of it.
+
+It finds (1) CFR citations in any common form, resolved against the active corpus (sub-paragraphs
+resolve to their section; citations that do not exist are reported, not dropped), (2) title hints
+from agencies and programs, and (3) named subjects: words of the question that name a section by its
+heading ("gouda" → 21 CFR 133.142 Gouda cheese), which is how near-identical siblings are told apart.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from shared.citations import find_citations, mentioned_titles, section_sort_key
+from shared.messages import CitationRef, Scope, SubjectMatch
+
+AGENCY_HINTS: dict[int, tuple[str, ...]] = {
+    21: ("fda", "food and drug", "dea", "drug enforcement", "controlled substance", "ondcp", "drug control policy",
+         "otc", "over-the-counter", "cosmetic", "color additive", "biologic", "pharmac"),
+    7: ("usda", "agriculture", "fns", "food and nutrition service", "snap", "food stamp", "wic", "csfp",
+        "commodity supplemental", "nepa", "ebt"),
+    42: ("cms", "medicare", "medicaid", "hhs centers", "part a", "part b", "premium", "hospital insurance",
+         "supplementary medical insurance", "guam", "puerto rico", "virgin islands"),
+}
+
+# words too common in headings or questions to name a subject on their own
+_STOP = set("""
+a an and are as at be by can do does for from has have how i if in is it its me my of on or our shall should so
+than that the their them there these they this to under was we were what when where which who why will with you
+your any all must may also not no yes get need needs required require requirements requirement rule rules
+regulation regulations cfr section sections part parts title subpart general provisions definitions definition
+scope purpose applicability food foods product products use used make made sell selling label labeling
+labels labeled much many long minimum maximum amount level levels allowed permitted per percent content
+other than standard standards identity same about tell explain mean means program state states federal
+""".split())
+
+
+def _stem(word: str) -> str:
+    word = word.lower()
+    for suffix in ("ies", "es", "s"):
+        if len(word) > 4 and word.endswith(suffix) and not word.endswith("ss"):
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+def tokens(text: str) -> list[str]:
+    return [_stem(t) for t in re.findall(r"[a-z0-9&]+(?:'[a-z]+)?", text.lower())]
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    cfr_ref: str
+    title: int
+    part: str
+    section: str
+    heading: str
+    kind: str = "section"
+    reserved: bool = False
+
+
+@dataclass
+class Catalog:
+    """The active sections' citation metadata, what scoping resolves against."""
+
+    entries: list[CatalogEntry]
+    by_ref: dict[str, CatalogEntry] = field(default_factory=dict)
+    by_section: dict[str, list[CatalogEntry]] = field(default_factory=lambda: defaultdict(list))
+    parts: dict[tuple[int, str], list[CatalogEntry]] = field(default_factory=lambda: defaultdict(list))
+    titles: set[int] = field(default_factory=set)
+    heading_tokens: dict[str, set[str]] = field(default_factory=dict)
+    token_df: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    token_index: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    def __post_init__(self) -> None:
+        for entry in self.entries:
+            self.by_ref[entry.cfr_ref] = entry
+            self.by_section[entry.section].append(entry)
+            self.parts[(entry.title, entry.part)].append(entry)
+            self.titles.add(entry.title)
+            if entry.reserved or entry.kind != "section":
+                continue
+            words = {t for t in tokens(entry.heading) if t not in _STOP and len(t) > 1 and not t.isdigit()}
+            self.heading_tokens[entry.cfr_ref] = words
+            for word in words:
+                self.token_df[word] += 1
+                self.token_index[word].add(entry.cfr_ref)
+
+    def idf(self, word: str) -> float:
+        return math.log(1 + len(self.heading_tokens) / (1 + self.token_df.get(word, 0)))
+
+
+# a subject word must be rarer than this across headings to single a section out on its own
+MAX_SUBJECT_DF = 6
+MIN_HEADING_COVERAGE = 0.5
+MAX_SUBJECT_SECTIONS = 6
+
+
+def _match_subjects(question_tokens: list[str], catalog: Catalog) -> list[SubjectMatch]:
+    present = set(question_tokens)
+    candidates: dict[str, float] = {}
+    matched_words: dict[str, set[str]] = {}
+    for word in present:
+        if word in _STOP or len(word) < 3 or word.isdigit():
+            continue
+        df = catalog.token_df.get(word, 0)
+        if not 0 < df <= MAX_SUBJECT_DF:
+            continue
+        for ref in catalog.token_index[word]:
+            heading = catalog.heading_tokens[ref]
+            covered = heading & present
+            total = sum(catalog.idf(t) for t in heading) or 1.0
+            coverage = sum(catalog.idf(t) for t in covered) / total
+            if coverage >= MIN_HEADING_COVERAGE:
+                candidates[ref] = coverage
+                matched_words[ref] = covered
+    if not candidates:
+        return []
+    best = max(candidates.values())
+    # keep the headings the question names best (gouda: "Gouda cheese" over "Cheeses, ... gouda ...")
+    chosen = sorted((r for r, c in candidates.items() if c >= best - 0.15),
+                    key=lambda r: (-candidates[r], section_sort_key(catalog.by_ref[r].section)))
+    chosen = chosen[:MAX_SUBJECT_SECTIONS]
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for ref in chosen:
+        grouped[" ".join(sorted(matched_words[ref]))].append(ref)
+    return [SubjectMatch(term=term, cfr_refs=refs) for term, refs in grouped.items()]
+
+
+def scope_question(question: str, catalog: Catalog) -> Scope:
+    """What the question is about: citations (resolved), title hints, named subjects. See module doc."""
+    scope = Scope()
+    lowered = question.lower()
+    for cite in find_citations(question):
+        ref = CitationRef(raw=cite.raw, title=cite.title, part=cite.part, section=cite.section,
+                          paragraph=cite.paragraph)
+        if cite.section:
+            candidates = [e for e in catalog.by_section.get(cite.section, [])
+                          if cite.title is None or e.title == cite.title]
+            if cite.range_end:
+                end_key = section_sort_key(cite.range_end)
+                start_key = section_sort_key(cite.section)
+                candidates = [e for (t, p), entries in catalog.parts.items() if p == cite.part
+                              and (cite.title is None or t == cite.title)
+                              for e in entries if start_key <= section_sort_key(e.section) <= end_key]
+            if candidates:
+                for entry in sorted(candidates, key=lambda e: section_sort_key(e.section)):
+                    scope.citations.append(ref.model_copy(update={"title": entry.title, "section": entry.section,
+                                                                  "part": entry.part, "exists": True}))
+            else:
+                scope.missing_citations.append(ref)
+        else:
+            titles = [cite.title] if cite.title else sorted(t for (t, p) in catalog.parts if p == cite.part)
+            if titles and any((t, cite.part) in catalog.parts for t in titles):
+                for title in titles:
+                    if (title, cite.part) in catalog.parts:
+                        scope.citations.append(ref.model_copy(update={"title": title, "exists": True}))
+                        scope.parts.append(cite.part)
+            else:
+                scope.missing_citations.append(ref)
+    for title in mentioned_titles(question):
+        if title in catalog.titles:
+            scope.titles.append(title)
+        elif title not in scope.unsupported_titles:
+            scope.unsupported_titles.append(title)
+    for title, needles in AGENCY_HINTS.items():
+        if title in catalog.titles and title not in scope.titles and any(
+            re.search(rf"\b{re.escape(n)}", lowered) for n in needles
+        ):
+            scope.titles.append(title)
+    cited_refs = {f"{c.title} CFR {c.section}" for c in scope.citations if c.section}
+    question_tokens = tokens(re.sub(r"§+\s*[\d.a-z()]+", " ", question))
+    for subject in _match_subjects(question_tokens, catalog):
+        refs = [r for r in subject.cfr_refs if r not in cited_refs]
+        if refs:
+            scope.subjects.append(SubjectMatch(term=subject.term, cfr_refs=refs))
+    if scope.citations:
+        scope.notes.append("cited: " + ", ".join(
+            f"{c.title} CFR {c.section or 'part ' + (c.part or '')}{c.paragraph or ''}" for c in scope.citations))
+    if scope.missing_citations:
+        scope.notes.append("not in this corpus: " + ", ".join(c.raw for c in scope.missing_citations))
+    if scope.titles:
+        scope.notes.append("title hints: " + ", ".join(str(t) for t in scope.titles))
+    if scope.unsupported_titles:
+        scope.notes.append("titles not held: " + ", ".join(str(t) for t in scope.unsupported_titles))
+    for subject in scope.subjects:
+        scope.notes.append(f"subject '{subject.term}': " + ", ".join(subject.cfr_refs))
+    return scope
