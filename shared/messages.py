@@ -230,6 +230,7 @@ class PreGateResult(BaseModel):
     refusal: Refusal | None = None
     sections: list[Hit] = Field(default_factory=list)  # the evidence generation may use
     signals: dict[str, float] = Field(default_factory=dict)
+    confidence: Confidence | None = None  # set when refused: the answer's confidence without generation
 
 
 class PostGateRequest(Strict):

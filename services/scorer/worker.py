@@ -27,7 +27,10 @@ async def setup(settings: Settings):
             refreshed["at"] = time.monotonic()
         if kind == "pre_gate":
             assert isinstance(request, PreGateRequest)
-            return await scorer.pre(request)
+            result = await scorer.pre(request)
+            if not result.proceed:
+                result.confidence = scorer.refusal_confidence(request.retrieval, result)
+            return result
         assert isinstance(request, PostGateRequest)
         return await scorer.post(request)
 
