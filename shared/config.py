@@ -5,7 +5,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +87,15 @@ class Settings(BaseSettings):
     question_max_chars: int = Field(2000, description="Longest accepted question.")
 
     log_level: str = Field("INFO", description="Log level of every process.")
+
+    @field_validator("database_url", "redis_url", "openai_api_key", "openai_base_url", "anthropic_api_key",
+                     "anthropic_base_url", "admin_token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value):
+        """An empty environment variable means "not set" (an empty admin token must not enable admin routes)."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
 
     def resolved_data_dir(self) -> Path:
         return self.data_dir if self.data_dir.is_absolute() else (Path.cwd() / self.data_dir)
