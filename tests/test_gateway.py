@@ -202,7 +202,8 @@ def test_rate_limit_and_stage_deadline(settings, servers, live_stack):
                                                 "REGS_ADMIN_TOKEN": ""}, services=("gateway",))
     try:
         wait_until_ready(url, procs, tmp)
-        with httpx.Client(base_url=url, timeout=30) as client:
+        # a client of its own (the gateway trusts X-Forwarded-For from the local proxy address only)
+        with httpx.Client(base_url=url, timeout=30, headers={"X-Forwarded-For": "203.0.113.77"}) as client:
             timed_out = client.post("/v1/search", json={"question": GOUDA})
             assert timed_out.status_code == 504
             assert timed_out.json()["stage"] == "retrieve"
