@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
+from services.gateway.asyncapi import register as register_asyncapi
 from services.gateway.fanout import answer
 from shared import db, metrics
 from shared.bus import BadRequest, BusClient, StageError, StageTimeout, StreamWorker, live_consumers, publish, stream_overview
@@ -309,6 +310,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return JSONResponse({"detail": "the web page is not built"}, status_code=404)
         return FileResponse(page, media_type="text/html")
 
+    register_asyncapi(app, settings)  # GET /asyncapi.json and /asyncapi: the bus's streams and payloads
     if STATIC_DIR.exists():
         app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
