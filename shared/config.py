@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     corpus_dir: Path = Field(REPO_ROOT / "data" / "corpus", description="The CFR XML shipped with the product.")
     embedded_pg_port: int = Field(54329, description="Port of the embedded PostgreSQL on 127.0.0.1.")
     embedded_redis_port: int = Field(63790, description="Port of the embedded Redis on 127.0.0.1.")
+    ecfr_base_url: str = Field(
+        "https://www.ecfr.gov", description="eCFR API base URL used by `ecfr:DATE` ingests (tests point it at a fake)."
+    )
 
     # --- ports ---------------------------------------------------------------------------------
     gateway_host: str = Field("127.0.0.1", description="Interface the gateway listens on.")
@@ -40,6 +43,18 @@ class Settings(BaseSettings):
     embedding_window_words: int = Field(150, description="Words per embedding window of a long section.")
     embedding_window_stride: int = Field(120, description="Words between window starts (overlap = size - stride).")
     embedding_max_windows: int = Field(24, description="Cap on windows per section.")
+    embedding_backend: Literal["auto", "torch", "torch-bf16", "onnx", "onnx-int8"] = Field(
+        "auto",
+        description="Local provider runtime. `torch`: sentence-transformers fp32 (the reference). `torch-bf16`: "
+        "MiniLM in bfloat16 on oneDNN (fused GELU/residual, AMX or AVX512-BF16 CPUs; same vectors to ~1e-4). "
+        "`onnx`: ONNX Runtime fp32. `onnx-int8`: ONNX Runtime, int8 weights (vectors differ: recorded as "
+        "all-MiniLM-L6-v2-int8). `auto`: torch-bf16 where the CPU has native bf16, else onnx, else torch; "
+        "never int8, so `auto` always records all-MiniLM-L6-v2.",
+    )
+    embedding_threads: int = Field(0, description="CPU threads of the local embedder; 0 = every core available.")
+    embedding_batch_tokens: int = Field(
+        8192, description="Local embedder: cap on padded tokens per batch (texts are sorted by token length)."
+    )
     openai_api_key: SecretStr | None = Field(None, description="OpenAI (or compatible) API key.")
     openai_base_url: str | None = Field(None, description="OpenAI-compatible base URL (vLLM, Ollama, llama.cpp).")
 
