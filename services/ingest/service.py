@@ -22,22 +22,29 @@ async def setup(settings: Settings):
     pool: asyncpg.Pool = await db.create_pool(settings.database_url, max_size=4)
     _state["pool"] = pool
     pipeline = IngestPipeline(pool, settings)
-    await pool.execute(
-        "UPDATE ingest_runs SET state = 'failed', error = 'interrupted: the ingest worker restarted', "
-        "finished_at = now() WHERE state IN ('queued', 'running') AND started_at < now() - interval '1 hour'"
-    )
+    _state["pipeline"] = pipeline
+    # a previous worker that died mid-run left its staged version (and its run 'running'): clean them up
+    await pipeline.recover()
 
     async def handle(kind: str, request: IngestRequest, envelope: Envelope) -> IngestEvent:
         worker_redis = _state["redis"]
-        run_id = await pipeline.create_run(request)
+        # the envelope's request id names the run when the requester gave none: a redelivery after a crash
+        # continues the same run record instead of leaving an orphan behind
+        run_id = await pipeline.create_run(
+            request.model_copy(update={"run_id": request.run_id or f"bus-{envelope.request_id[:24]}"}))
         request = request.model_copy(update={"run_id": run_id})
+        await publish_event(worker_redis, INGEST_EVENTS, IngestEvent(
+            run_id=run_id, state="running", message=f"ingest of {request.source} started"), settings.stream_maxlen)
 
         async def progress(message: str, done: int, total: int) -> None:
             await publish_event(worker_redis, INGEST_EVENTS, IngestEvent(
                 run_id=run_id, state="progress", message=message, done=done, total=total), settings.stream_maxlen)
 
         record = await pipeline.run(request, progress)
-        event = IngestEvent(run_id=run_id, state=record["state"], message=record["message"] or "",
+        message = record["message"] or ""
+        if record["state"] == "failed" and record["error"] and record["error"] not in message:
+            message = f"{message}: {record['error']}" if message else record["error"]
+        event = IngestEvent(run_id=run_id, state=record["state"], message=message,
                             done=record["done"], total=record["total"], counts=record["counts"] or {})
         await publish_event(worker_redis, INGEST_EVENTS, event, settings.stream_maxlen)
         return event
@@ -55,9 +62,10 @@ async def ready() -> dict:
 
 async def teardown() -> None:
     if "pool" in _state:
-        await _state["pool"].close()
+        await _state.pop("pool").close()
     if "redis" in _state:
-        await _state["redis"].aclose()
+        await _state.pop("redis").aclose()
+    _state.pop("pipeline", None)
 
 
 SERVICE = ServiceDefinition("ingest", INGEST, setup, ready, teardown)
