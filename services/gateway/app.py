@@ -126,6 +126,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse({"detail": exc.detail, "request_id": getattr(request.state, "request_id", None),
                              **exc.extra}, status_code=exc.status, headers=headers)
 
+    @app.exception_handler(asyncpg.PostgresConnectionError)
+    @app.exception_handler(asyncpg.exceptions.OperatorInterventionError)
+    @app.exception_handler(OSError)  # ConnectionRefusedError, TimeoutError while the pool reconnects
+    async def unavailable_handler(request: Request, exc: Exception):
+        """PostgreSQL down or restarting: a 503 JSON answer (not a bare 500); the pool reconnects by itself."""
+        log.warning("%s %s: backing server unavailable: %r", request.method, request.url.path, exc)
+        return JSONResponse({"detail": f"the database is unavailable, retry shortly ({type(exc).__name__})",
+                             "request_id": getattr(request.state, "request_id", None)},
+                            status_code=503, headers={"Retry-After": "5"})
+
     async def rate_limit(request: Request) -> None:
         bus: BusClient = state["bus"]
         client = request.client.host if request.client else "unknown"
