@@ -131,6 +131,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(OSError)  # ConnectionRefusedError, TimeoutError while the pool reconnects
     async def unavailable_handler(request: Request, exc: Exception):
         """PostgreSQL down or restarting: a 503 JSON answer (not a bare 500); the pool reconnects by itself."""
+        if isinstance(exc, StageTimeout):  # a TimeoutError, hence an OSError, that escaped its route
+            return await problem_handler(request, fail_stage(exc))
         log.warning("%s %s: backing server unavailable: %r", request.method, request.url.path, exc)
         return JSONResponse({"detail": f"the database is unavailable, retry shortly ({type(exc).__name__})",
                              "request_id": getattr(request.state, "request_id", None)},
