@@ -775,3 +775,40 @@ async def test_check_limits_are_configurable(scratch, embedder, tmp_path):
     assert record["state"] == "succeeded", record
     assert record["counts"]["removed"] == N_406 - 3
     assert len(await active_snapshot(pool)) == 3
+
+
+async def test_first_large_load_builds_the_hnsw_index_after_the_copy(scratch, embedder, monkeypatch):
+    """A model's first large load drops its (empty) HNSW indexes, COPYs, then builds them once; later small loads
+    insert into the existing graph. Either way the indexes exist afterwards and dense search uses them."""
+    from services.ingest import pipeline as pipeline_module
+
+    pool = scratch["pool"]
+    monkeypatch.setattr(pipeline_module, "BULK_INDEX_MIN_ROWS", 1)  # 25 sections count as "large" here
+    name = db.vector_index_name("section_windows", embedder.model_name, 384)
+    executed: list[str] = []
+    original = pipeline_module._build_indexes
+
+    async def spy(*args):
+        executed.append("build-after-copy")
+        await original(*args)
+
+    monkeypatch.setattr(pipeline_module, "_build_indexes", spy)
+    await first_ingest(scratch, embedder)
+    assert executed == ["build-after-copy"]
+    assert await pool.fetchval("SELECT count(*) FROM pg_indexes WHERE indexname = $1", name) == 1
+    # the second load of the model is incremental (rows exist): no rebuild
+    record = await pipeline(scratch, embedder).run(IngestRequest(source=str(FILE_406), title=42, force=True))
+    assert record["state"] == "succeeded" and executed == ["build-after-copy"]
+    async with pool.acquire() as conn:
+        vector = embedder.embed_queries(["entitlement to hospital insurance for end-stage renal disease"])[0]
+        async with conn.transaction():
+            await conn.execute("SET LOCAL enable_seqscan = off")  # a tiny table: show the index is usable
+            plan = "\n".join(r[0] for r in await conn.fetch(
+                f"EXPLAIN SELECT section_id FROM section_windows w WHERE w.embedding_model = "
+                f"{db.sql_literal(embedder.model_name)} ORDER BY w.embedding::vector(384) <=> $1::vector(384) LIMIT 5",
+                vector))
+        assert name in plan, plan
+        hits = await db.dense_window_search(conn, vector, embedder.model_name, 384, 5)
+    assert hits, "dense search over the rebuilt index found nothing"
+    top = await db.active_sections_by_id(pool, [hits[0]["section_id"]])
+    assert top[hits[0]["section_id"]]["section"] in {"406.13", "406.15"}
