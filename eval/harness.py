@@ -103,6 +103,12 @@ def _post(client: httpx.Client, url: str, body: dict) -> tuple[dict | None, str 
     t0 = time.perf_counter()
     try:
         resp = client.post(url, json=body)
+        for _ in range(5):  # a polite client: honour the gateway's rate limit instead of scoring a 429
+            if resp.status_code != 429:
+                break
+            time.sleep(min(float(resp.headers.get("Retry-After", "5") or 5), 60.0) + 0.5)
+            t0 = time.perf_counter()
+            resp = client.post(url, json=body)
         ms = (time.perf_counter() - t0) * 1000
         if resp.status_code >= 400:
             return None, f"HTTP {resp.status_code}: {resp.text[:300]}", ms
