@@ -812,3 +812,23 @@ async def test_first_large_load_builds_the_hnsw_index_after_the_copy(scratch, em
     assert hits, "dense search over the rebuilt index found nothing"
     top = await db.active_sections_by_id(pool, [hits[0]["section_id"]])
     assert top[hits[0]["section_id"]]["section"] in {"406.13", "406.15"}
+
+
+async def test_a_renamed_subpart_re_embeds_its_sections(scratch, embedder, tmp_path):
+    """The breadcrumb (part, subpart, subject group) is in every embedded window: same text under a new subpart
+    heading is not reused with the old breadcrumb's vectors."""
+    pool = scratch["pool"]
+    await first_ingest(scratch, embedder)
+    old_head = "<HEAD>Subpart A&#x2014;General Provisions</HEAD>"
+    assert old_head in XML_406
+    source = tmp_path / "renamed-subpart.xml"
+    source.write_text(XML_406.replace(old_head, "<HEAD>Subpart A&#x2014;General Provisions and Definitions</HEAD>"))
+    in_a = [s.section for s in parse_file(FILE_406) if s.subpart and s.subpart.startswith("A")]
+    assert in_a
+    counting = Counting(embedder)
+    record = await pipeline(scratch, counting).run(IngestRequest(source=str(source), title=42))
+    assert record["state"] == "succeeded", record
+    assert record["counts"]["changed"] == len(in_a) and record["counts"]["unchanged"] == N_406 - len(in_a)
+    assert all("General Provisions and Definitions" in t for t in counting.document_texts)
+    row = await db.fetch_active_section(pool, 42, in_a[0])
+    assert row["subpart"] == "A—General Provisions and Definitions"

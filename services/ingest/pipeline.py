@@ -379,7 +379,8 @@ class IngestPipeline:
                             report, scope: set[str] | None) -> TitleOutcome:
         model = self.embedder.model_name
         active = await self.pool.fetch(
-            f"SELECT s.id, s.cfr_ref, s.part, s.content_hash, s.embedding_model FROM sections s "
+            f"SELECT s.id, s.cfr_ref, s.part, s.content_hash, s.embedding_model, s.part_heading, s.subpart, "
+            f"s.subject_group FROM sections s "
             f"WHERE {db.active_rows('s')} AND s.title = $1", title,
         )
         active_by_ref = {r["cfr_ref"]: r for r in active}
@@ -396,7 +397,10 @@ class IngestPipeline:
             if old is None:
                 counts["added"] += 1
                 to_embed.append(section)
-            elif old["content_hash"] == section.content_hash and old["embedding_model"] == model:
+            elif (old["content_hash"] == section.content_hash and old["embedding_model"] == model
+                  # the hierarchy is part of every embedded window (the breadcrumb): a move re-embeds
+                  and (old["part_heading"], old["subpart"], old["subject_group"])
+                  == (section.part_heading, section.subpart, section.subject_group)):
                 counts["unchanged"] += 1
                 reuse[ref] = old["id"]
             else:
