@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="benchmarks: parse, embed, search, query, all")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=cmd_bench)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("eval", "bench"):  # their own argument parsers take everything after the verb
+        return (cmd_eval if argv[0] == "eval" else cmd_bench)(argparse.Namespace(rest=argv[1:])) or 0
     args = parser.parse_args(argv)
     return args.func(args) or 0
 
