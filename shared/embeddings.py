@@ -320,7 +320,14 @@ def onnx_model_path(cache_dir: Path, int8: bool) -> Path:
     target = target_dir / ("model-int8.onnx" if int8 else "model.onnx")
     if target.exists():
         return target
-    target_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        target_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only data dir: fall back to a per-user temp cache
+        import tempfile
+
+        fallback = Path(tempfile.gettempdir()) / f"regs-models-{os.getuid()}"
+        log.warning("cannot create %s (%s); caching the ONNX model in %s", target_dir, exc, fallback)
+        return onnx_model_path(fallback, int8) if Path(cache_dir) != fallback else _raise(exc)
     with FileLock(str(target_dir / ".lock"), timeout=900):
         if target.exists():  # another process made it while we waited
             return target
@@ -336,6 +343,10 @@ def onnx_model_path(cache_dir: Path, int8: bool) -> Path:
             os.replace(tmp, target)
         log.info("prepared %s in %.1fs", target, time.perf_counter() - started)
     return target
+
+
+def _raise(exc: Exception):
+    raise EmbeddingError(f"cannot prepare the ONNX model: {exc}") from exc
 
 
 class _OnnxRunner:
