@@ -228,20 +228,62 @@ async def dense_window_search(
         )
 
 
+async def lexeme_document_frequencies(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, dict[str, int]]:
+    """How many active sections hold each lexeme (for IDF weighting of full-text queries)."""
+    total = await conn.fetchval(f"SELECT count(*) FROM sections s WHERE {active_rows('s')}")
+    inner = f"SELECT s.tsv FROM sections s WHERE {active_rows('s')}"
+    rows = await conn.fetch("SELECT word, ndoc FROM ts_stat($1)", inner)
+    return total, {r["word"]: r["ndoc"] for r in rows}
+
+
+async def question_lexemes(conn: asyncpg.Connection | asyncpg.Pool, question: str) -> list[str]:
+    rows = await conn.fetch("SELECT lexeme FROM unnest(to_tsvector('english', $1))", question)
+    return [r["lexeme"] for r in rows]
+
+
 async def fulltext_search(
-    conn: asyncpg.Connection | asyncpg.Pool, tsquery: str, limit: int
+    conn: asyncpg.Connection | asyncpg.Pool, lexemes: list[str], weights: list[float], limit: int
 ) -> list[asyncpg.Record]:
-    """PostgreSQL full-text search over the weighted tsvector (heading A, hierarchy B, text D)."""
+    """PostgreSQL full-text search over the weighted tsvector (heading A, hierarchy B, text D).
+
+    Candidates match any of the lexemes (GIN index); each lexeme's ts_rank is weighted by its IDF, so a rare
+    word of the question ("alprazolam") counts for more than a common one ("drug") — BM25's idea on
+    PostgreSQL's own ranking.
+    """
+    if not lexemes:
+        return []
     return await conn.fetch(
         f"""
-        SELECT s.id AS section_id, ts_rank_cd(s.tsv, q, 1) AS rank
-        FROM sections s, to_tsquery('english', $1) q
-        WHERE {active_rows('s')} AND s.tsv @@ q
+        SELECT s.id AS section_id,
+               (SELECT sum(t.w * ts_rank(s.tsv, quote_literal(t.l)::tsquery, 1))
+                  FROM unnest($1::text[], $2::float8[]) AS t(l, w)) AS rank
+        FROM sections s
+        WHERE {active_rows('s')} AND s.tsv @@ array_to_string(ARRAY(SELECT quote_literal(x) FROM unnest($1::text[]) x),
+                                                           ' | ')::tsquery
         ORDER BY rank DESC
-        LIMIT $2
+        LIMIT $3
         """,
-        tsquery, limit,
+        lexemes, weights, limit,
     )
+
+
+async def dense_section_search(
+    conn: asyncpg.Connection, query_vector, model: str, dim: int, limit: int, ef_search: int = 100
+) -> list[asyncpg.Record]:
+    """Sections by the cosine of their whole-section embedding (the mean of their windows)."""
+    async with conn.transaction():
+        await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        return await conn.fetch(
+            f"""
+            SELECT s.id AS section_id, 1 - (s.embedding::vector({dim}) <=> $1::vector({dim})) AS similarity
+            FROM sections s
+            WHERE {active_rows('s')} AND s.embedding_model = {sql_literal(model)}
+            ORDER BY s.embedding::vector({dim}) <=> $1::vector({dim})
+            LIMIT $2
+            """,
+            query_vector, limit,
+        )
 
 
 async def section_similarities(

@@ -84,6 +84,7 @@ class CitationRef(BaseModel):
 class SubjectMatch(BaseModel):
     term: str  # the words of the question that named it
     cfr_refs: list[str]  # sections whose heading names it
+    coverage: list[float] = Field(default_factory=list)  # per section: how much of its heading the question names
 
 
 class Scope(BaseModel):

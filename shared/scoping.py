@@ -73,6 +73,7 @@ class Catalog:
     heading_tokens: dict[str, set[str]] = field(default_factory=dict)
     token_df: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     token_index: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    bigram_index: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
 
     def __post_init__(self) -> None:
         for entry in self.entries:
@@ -87,6 +88,12 @@ class Catalog:
             for word in words:
                 self.token_df[word] += 1
                 self.token_index[word].add(entry.cfr_ref)
+            ordered = [t for t in tokens(entry.heading) if t not in _STOP and len(t) > 1]
+            for pair in _bigrams(ordered):
+                self.bigram_index[pair].add(entry.cfr_ref)
+
+    def phrase_index(self, probe: str) -> set[str]:
+        return self.bigram_index.get(probe, set()) if " " in probe else self.token_index.get(probe, set())
 
     def idf(self, word: str) -> float:
         return math.log(1 + len(self.heading_tokens) / (1 + self.token_df.get(word, 0)))
@@ -95,38 +102,45 @@ class Catalog:
 # a subject word must be rarer than this across headings to single a section out on its own
 MAX_SUBJECT_DF = 6
 MIN_HEADING_COVERAGE = 0.5
-MAX_SUBJECT_SECTIONS = 6
+MAX_SUBJECT_SECTIONS = 8
+
+
+def _bigrams(words: list[str]) -> list[str]:
+    return [f"{a} {b}" for a, b in zip(words, words[1:])]
 
 
 def _match_subjects(question_tokens: list[str], catalog: Catalog) -> list[SubjectMatch]:
+    """Sections whose heading the question names: a heading word or word pair that is rare across headings
+    ("gouda", "eggnog", "cream cheese") and most of the heading's other words present too. Every heading that
+    qualifies is kept (up to a cap): telling "Earwax removal active ingredient" from "Labeling of earwax removal
+    aids" is the search's job; telling eggnog from egg yolk is the subject's."""
     present = set(question_tokens)
+    content = [t for t in question_tokens if t not in _STOP and len(t) > 1]
+    probes = [(w, {w}) for w in present if w not in _STOP and len(w) >= 3 and not w.isdigit()]
+    probes += [(pair, set(pair.split())) for pair in _bigrams(content)]
     candidates: dict[str, float] = {}
     matched_words: dict[str, set[str]] = {}
-    for word in present:
-        if word in _STOP or len(word) < 3 or word.isdigit():
+    for probe, words in probes:
+        refs = catalog.phrase_index(probe)
+        if not 0 < len(refs) <= MAX_SUBJECT_DF:
             continue
-        df = catalog.token_df.get(word, 0)
-        if not 0 < df <= MAX_SUBJECT_DF:
-            continue
-        for ref in catalog.token_index[word]:
+        for ref in refs:
             heading = catalog.heading_tokens[ref]
             covered = heading & present
             total = sum(catalog.idf(t) for t in heading) or 1.0
             coverage = sum(catalog.idf(t) for t in covered) / total
             if coverage >= MIN_HEADING_COVERAGE:
-                candidates[ref] = coverage
-                matched_words[ref] = covered
+                candidates[ref] = max(coverage, candidates.get(ref, 0.0))
+                matched_words.setdefault(ref, set()).update(words & heading)
     if not candidates:
         return []
-    best = max(candidates.values())
-    # keep the headings the question names best (gouda: "Gouda cheese" over "Cheeses, ... gouda ...")
-    chosen = sorted((r for r, c in candidates.items() if c >= best - 0.15),
-                    key=lambda r: (-candidates[r], section_sort_key(catalog.by_ref[r].section)))
+    chosen = sorted(candidates, key=lambda r: (-candidates[r], section_sort_key(catalog.by_ref[r].section)))
     chosen = chosen[:MAX_SUBJECT_SECTIONS]
     grouped: dict[str, list[str]] = defaultdict(list)
     for ref in chosen:
         grouped[" ".join(sorted(matched_words[ref]))].append(ref)
-    return [SubjectMatch(term=term, cfr_refs=refs) for term, refs in grouped.items()]
+    return [SubjectMatch(term=term, cfr_refs=refs, coverage=[round(candidates[r], 3) for r in refs])
+            for term, refs in grouped.items()]
 
 
 def scope_question(question: str, catalog: Catalog) -> Scope:
@@ -173,9 +187,10 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
     cited_refs = {f"{c.title} CFR {c.section}" for c in scope.citations if c.section}
     question_tokens = tokens(re.sub(r"§+\s*[\d.a-z()]+", " ", question))
     for subject in _match_subjects(question_tokens, catalog):
-        refs = [r for r in subject.cfr_refs if r not in cited_refs]
-        if refs:
-            scope.subjects.append(SubjectMatch(term=subject.term, cfr_refs=refs))
+        kept = [(r, c) for r, c in zip(subject.cfr_refs, subject.coverage) if r not in cited_refs]
+        if kept:
+            scope.subjects.append(SubjectMatch(term=subject.term, cfr_refs=[r for r, _ in kept],
+                                               coverage=[c for _, c in kept]))
     if scope.citations:
         scope.notes.append("cited: " + ", ".join(
             f"{c.title} CFR {c.section or 'part ' + (c.part or '')}{c.paragraph or ''}" for c in scope.citations))

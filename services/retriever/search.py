@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -28,15 +29,20 @@ class SearchError(ValueError):
 
 @dataclass(frozen=True)
 class FusionWeights:
-    rrf_k: float = 60.0
+    rrf_k: float = 10.0
     dense: float = 1.0
-    fulltext: float = 1.0
+    dense_section: float = 0.5  # the whole-section (mean of windows) embedding as a second dense list
+    fulltext: float = 0.5
     cited: float = 1.0  # a cited section that exists comes first
-    subject: float = 0.05  # a section the question names by its heading
+    subject: float = 0.04  # a section the question names by its heading
+    subject_sharpness: float = 2.0
+    subject_min_similarity: float = 0.30  # ... provided its meaning is near the question too
+    subject_max_gap: float = 0.20  # (within this much of the best dense similarity)
     cited_part: float = 0.004  # a section of a cited part
     title_hint: float = 0.002  # a section of a hinted title
     candidates: int = 60  # sections taken from each list before fusion
     dense_windows: int = 240  # windows read from the HNSW index
+    max_lexeme_share: float = 0.25  # a lexeme in more than this share of sections does not select candidates
 
 
 class Searcher:
@@ -51,6 +57,8 @@ class Searcher:
         self._checked_at = 0.0
         self._lock = asyncio.Lock()
         self._title_part: dict[int, tuple[int, str]] = {}
+        self._doc_count = 0
+        self._lexeme_df: dict[str, int] = {}
 
     @property
     def embedder(self) -> Embedder:
@@ -68,6 +76,7 @@ class Searcher:
             if self._catalog is None or signature != self._signature:
                 rows = await db.catalog_rows(self.pool)
                 self._title_part = {r["id"]: (r["title"], r["part"]) for r in rows}
+                self._doc_count, self._lexeme_df = await db.lexeme_document_frequencies(self.pool)
                 self._catalog = Catalog([CatalogEntry(r["cfr_ref"], r["title"], r["part"], r["section"], r["heading"],
                                                       r["kind"], r["reserved"]) for r in rows])
                 self._signature = signature
@@ -121,13 +130,15 @@ class Searcher:
                     dense_rank[row["section_id"]] = rank
                     similarity[row["section_id"]] = float(row["similarity"])
                     add(row["section_id"], w.dense / (w.rrf_k + rank), "dense")
+                if w.dense_section:
+                    rows = await db.dense_section_search(conn, vector, model, dim, w.candidates,
+                                                         self.settings.hnsw_ef_search)
+                    for rank, row in enumerate(rows, start=1):
+                        add(row["section_id"], w.dense_section / (w.rrf_k + rank), "dense")
             if mode in ("hybrid", "fulltext"):
-                tsquery = await conn.fetchval(
-                    "SELECT string_agg(quote_literal(lexeme), ' | ') FROM unnest(to_tsvector('english', $1))",
-                    question,
-                )
-                if tsquery:
-                    rows = await db.fulltext_search(conn, tsquery, w.candidates)
+                lexemes, idfs = self._weighted_lexemes(await db.question_lexemes(conn, question))
+                if lexemes:
+                    rows = await db.fulltext_search(conn, lexemes, idfs, w.candidates)
                     for rank, row in enumerate(rows, start=1):
                         fulltext_rank[row["section_id"]] = rank
                         add(row["section_id"], w.fulltext / (w.rrf_k + rank), "fulltext")
@@ -138,9 +149,27 @@ class Searcher:
                 for position, ref in enumerate(cited_refs):
                     if ref in ids:
                         add(ids[ref], w.cited * (1 - position * 0.01), "citation")
-                for ref in subject_refs:
-                    if ref in ids:
-                        add(ids[ref], w.subject, "subject")
+                subject_sims = await db.section_similarities(
+                    conn, [ids[r] for r in subject_refs if r in ids], vector, model, dim)
+                similarity.update(subject_sims)
+                best = max(similarity.values(), default=0.0)
+                floor = max(w.subject_min_similarity, best - w.subject_max_gap)
+                kept_subjects = []
+                best_coverage = max((c for s in scope.subjects for c in s.coverage), default=1.0) or 1.0
+                for subject in scope.subjects:
+                    plausible = [(r, c) for r, c in zip(subject.cfr_refs, subject.coverage)
+                                 if r in ids and subject_sims.get(ids[r], 0.0) >= floor]
+                    if plausible:
+                        kept_subjects.append(subject.model_copy(update={"cfr_refs": [r for r, _ in plausible],
+                                                                        "coverage": [c for _, c in plausible]}))
+                        for ref, coverage in plausible:
+                            # the heading named most completely gets the most ("Mozzarella cheese" over
+                            # "Low-moisture mozzarella" for a question about mozzarella's moisture)
+                            add(ids[ref], w.subject * (coverage / best_coverage) ** w.subject_sharpness, "subject")
+                    else:
+                        # a heading word that matched by accident ("aged" in "Age requirements for the aged")
+                        scope.notes.append(f"subject '{subject.term}' set aside: its section is unrelated in meaning")
+                scope.subjects = kept_subjects
                 cited_parts = {(c.title, c.part) for c in scope.citations if not c.section}
                 hinted = set(scope.titles)
                 if cited_parts or hinted:
@@ -174,6 +203,20 @@ class Searcher:
         if not result.hits:
             result.empty_reason = "no section matched the question's words or meaning"
         return result
+
+    def _weighted_lexemes(self, lexemes: list[str]) -> tuple[list[str], list[float]]:
+        """The question's lexemes that occur in the corpus, each with its IDF; very common ones are dropped when
+        rarer ones exist (they would pull in half the corpus and add nothing to the ranking)."""
+        n = max(self._doc_count, 1)
+        scored = []
+        for lexeme in dict.fromkeys(lexemes):
+            df = self._lexeme_df.get(lexeme, 0)
+            if df == 0:
+                continue
+            scored.append((lexeme, math.log((n - df + 0.5) / (df + 0.5) + 1.0), df / n))
+        informative = [x for x in scored if x[2] <= self.weights.max_lexeme_share]
+        chosen = informative or scored
+        return [x[0] for x in chosen], [x[1] for x in chosen]
 
 
 def _hit(row, score: float, similarity: float | None, rank: int, dense_rank: int | None, fulltext_rank: int | None,
