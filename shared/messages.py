@@ -85,6 +85,7 @@ class SubjectMatch(BaseModel):
     term: str  # the words of the question that named it
     cfr_refs: list[str]  # sections whose heading names it
     coverage: list[float] = Field(default_factory=list)  # per section: how much of its heading the question names
+    specific: bool = False  # named by a word (pair) found in at most two headings: the question is about it
 
 
 class Scope(BaseModel):

@@ -103,6 +103,8 @@ class Catalog:
 MAX_SUBJECT_DF = 6
 MIN_HEADING_COVERAGE = 0.5
 MAX_SUBJECT_SECTIONS = 8
+SPECIFIC_MAX_DF = 2  # "gruyere", "eggnog": a name, not a topic
+SPECIFIC_MIN_COVERAGE = 0.7
 
 
 def _bigrams(words: list[str]) -> list[str]:
@@ -120,6 +122,7 @@ def _match_subjects(question_tokens: list[str], catalog: Catalog) -> list[Subjec
     probes += [(pair, set(pair.split())) for pair in _bigrams(content)]
     candidates: dict[str, float] = {}
     matched_words: dict[str, set[str]] = {}
+    rarest: dict[str, int] = {}
     for probe, words in probes:
         refs = catalog.phrase_index(probe)
         if not 0 < len(refs) <= MAX_SUBJECT_DF:
@@ -132,6 +135,7 @@ def _match_subjects(question_tokens: list[str], catalog: Catalog) -> list[Subjec
             if coverage >= MIN_HEADING_COVERAGE:
                 candidates[ref] = max(coverage, candidates.get(ref, 0.0))
                 matched_words.setdefault(ref, set()).update(words & heading)
+                rarest[ref] = min(len(refs), rarest.get(ref, len(refs)))
     if not candidates:
         return []
     chosen = sorted(candidates, key=lambda r: (-candidates[r], section_sort_key(catalog.by_ref[r].section)))
@@ -139,7 +143,9 @@ def _match_subjects(question_tokens: list[str], catalog: Catalog) -> list[Subjec
     grouped: dict[str, list[str]] = defaultdict(list)
     for ref in chosen:
         grouped[" ".join(sorted(matched_words[ref]))].append(ref)
-    return [SubjectMatch(term=term, cfr_refs=refs, coverage=[round(candidates[r], 3) for r in refs])
+    return [SubjectMatch(term=term, cfr_refs=refs, coverage=[round(candidates[r], 3) for r in refs],
+                         specific=all(rarest[r] <= SPECIFIC_MAX_DF and candidates[r] >= SPECIFIC_MIN_COVERAGE
+                                      for r in refs))
             for term, refs in grouped.items()]
 
 
@@ -190,7 +196,7 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
         kept = [(r, c) for r, c in zip(subject.cfr_refs, subject.coverage) if r not in cited_refs]
         if kept:
             scope.subjects.append(SubjectMatch(term=subject.term, cfr_refs=[r for r, _ in kept],
-                                               coverage=[c for _, c in kept]))
+                                               coverage=[c for _, c in kept], specific=subject.specific))
     if scope.citations:
         scope.notes.append("cited: " + ", ".join(
             f"{c.title} CFR {c.section or 'part ' + (c.part or '')}{c.paragraph or ''}" for c in scope.citations))

@@ -35,6 +35,7 @@ class FusionWeights:
     fulltext: float = 0.5
     cited: float = 1.0  # a cited section that exists comes first
     subject: float = 0.04  # a section the question names by its heading
+    subject_specific: float = 0.15  # ... and far more when a rare name singles it out ("gruyere")
     subject_sharpness: float = 2.0
     subject_min_similarity: float = 0.30  # ... provided its meaning is near the question too
     subject_max_gap: float = 0.20  # (within this much of the best dense similarity)
@@ -165,7 +166,8 @@ class Searcher:
                         for ref, coverage in plausible:
                             # the heading named most completely gets the most ("Mozzarella cheese" over
                             # "Low-moisture mozzarella" for a question about mozzarella's moisture)
-                            add(ids[ref], w.subject * (coverage / best_coverage) ** w.subject_sharpness, "subject")
+                            weight = w.subject_specific if subject.specific else w.subject
+                            add(ids[ref], weight * (coverage / best_coverage) ** w.subject_sharpness, "subject")
                     else:
                         # a heading word that matched by accident ("aged" in "Age requirements for the aged")
                         scope.notes.append(f"subject '{subject.term}' set aside: its section is unrelated in meaning")
