@@ -1,0 +1,1 @@
+"""Benchmarks: parse, embed, ingest, search and query (``regs bench ...``; see bench/README.md)."""
