@@ -1,0 +1,179 @@
+"""Scoping (citations in every common form, title hints, heading-named subjects) and hybrid retrieval over a
+real ingested corpus in real PostgreSQL+pgvector, plus the planner checks (EXPLAIN through asyncpg)."""
+from __future__ import annotations
+
+import pytest
+
+from shared import db
+from shared.citations import find_citations, normalize_ref
+from shared.messages import RetrieveRequest
+from shared.scoping import Catalog, CatalogEntry, scope_question
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("What does 21 CFR 101.9(c)(1) require?", [(21, "101", "101.9", "(c)(1)")]),
+    ("See 21 C.F.R. § 101.9 for labels", [(21, "101", "101.9", None)]),
+    ("Under § 211.113, what controls apply?", [(None, "211", "211.113", None)]),
+    ("What is section 110.80 of title 21 about?", [(21, "110", "110.80", None)]),
+    ("What are the requirements in part 1301?", [(None, "1301", None, None)]),
+    ("what does 7 CFR 1b.4 exclude", [(7, "1b", "1b.4", None)]),
+    ("42 CFR § 406.13", [(42, "406", "406.13", None)]),
+    ("title 21, section 133.142", [(21, "133", "133.142", None)]),
+    ("21 CFR Part 133 and 21 CFR 1308.12(b)(1)(i)", [(21, "133", None, None), (21, "1308", "1308.12", "(b)(1)(i)")]),
+    ("The 2024 rule says 45 percent", []),
+])
+def test_citation_forms(text, expected):
+    assert [(c.title, c.part, c.section, c.paragraph) for c in find_citations(text)] == expected
+
+
+def test_section_ranges_and_normalisation():
+    (cite,) = find_citations("Explain §§ 205.300–205.303")
+    assert (cite.section, cite.range_end) == ("205.300", "205.303")
+    assert normalize_ref("§ 205.301(a)(1)", 7) == "7 CFR 205.301"
+    assert normalize_ref("21 C.F.R. § 101.9(c)(1)") == "21 CFR 101.9"
+
+
+def _catalog() -> Catalog:
+    rows = [
+        (21, "133", "133.142", "Gouda cheese"), (21, "133", "133.113", "Cheddar cheese"),
+        (21, "133", "133.138", "Edam cheese"), (21, "133", "133.106", "Blue cheese"),
+        (21, "131", "131.170", "Eggnog"), (21, "160", "160.180", "Egg yolks"),
+        (42, "436", "436.520", "Age requirements for the aged"), (42, "406", "406.13", "Individual who has end-stage renal disease"),
+        (7, "1b", "1b.4", "Exclusion of agency activities from environmental review"),
+        (21, "205", "205.300", "Use of the term organic"), (21, "205", "205.301", "Product composition"),
+        (21, "205", "205.303", "Packaged products labeled"),
+    ]
+    return Catalog([CatalogEntry(f"{t} CFR {s}", t, p, s, h) for t, p, s, h in rows])
+
+
+def test_scope_resolves_citations_and_reports_missing_ones():
+    catalog = _catalog()
+    scope = scope_question("Compare 21 CFR 133.142(a) with § 133.113 and 21 CFR 999.1", catalog)
+    assert [(c.title, c.section, c.paragraph, c.exists) for c in scope.citations] == [
+        (21, "133.142", "(a)", True), (21, "133.113", None, True)]
+    assert [c.raw for c in scope.missing_citations] == ["21 CFR 999.1"]
+    ranged = scope_question("What do §§ 205.300–205.303 say?", catalog)
+    assert [c.section for c in ranged.citations] == ["205.300", "205.301", "205.303"]
+
+
+def test_scope_title_hints_and_titles_not_held():
+    catalog = _catalog()
+    assert 42 in scope_question("When does Medicare Part B start?", catalog).titles
+    assert 7 in scope_question("Can a SNAP retailer be fined?", catalog).titles
+    assert 21 in scope_question("Does the FDA regulate this?", catalog).titles
+    assert scope_question("What does 40 CFR 60.5 require?", catalog).unsupported_titles == [40]
+
+
+def test_scope_names_the_sibling_the_question_is_about():
+    catalog = _catalog()
+    gouda = scope_question("How much milkfat does gouda need?", catalog)
+    assert [s.cfr_refs for s in gouda.subjects] == [["21 CFR 133.142"]]
+    eggnog = scope_question("How much egg yolk has to be in eggnog?", catalog)
+    assert "21 CFR 131.170" in [r for s in eggnog.subjects for r in s.cfr_refs]
+
+
+# ------------------------------------------------------------------------------------------------
+# against the real store
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+async def searcher(settings, corpus):
+    from services.retriever.search import Searcher
+
+    pool = await db.create_pool(settings.database_url, max_size=4)
+    yield Searcher(pool, settings)
+    await pool.close()
+
+
+async def test_a_named_sibling_lands_first_in_every_mode(searcher):
+    for mode in ("hybrid", "dense", "fulltext"):
+        result = await searcher.search(RetrieveRequest(question="What is the minimum milkfat for gouda?", mode=mode))
+        assert result.hits[0].cfr_ref == "21 CFR 133.142", mode
+        assert "subject" in result.hits[0].matched_by
+
+
+async def test_hits_carry_similarity_ranks_and_metadata(searcher):
+    result = await searcher.search(RetrieveRequest(question="When can someone with kidney failure get Medicare?",
+                                                   top_k=5))
+    assert len(result.hits) == 5 and result.top_k == 5
+    assert [h.rank for h in result.hits] == [1, 2, 3, 4, 5]
+    assert len({h.cfr_ref for h in result.hits}) == 5  # one hit per section
+    assert result.hits[0].cfr_ref == "42 CFR 406.13"
+    for hit in result.hits:
+        assert hit.similarity is not None and -1 <= hit.similarity <= 1
+        assert hit.status == "active" and hit.text and hit.version_id
+    assert result.hits[0].score >= result.hits[-1].score
+
+
+async def test_cited_sections_come_first_even_when_the_words_point_elsewhere(searcher):
+    result = await searcher.search(RetrieveRequest(question="Tell me about gouda under 7 CFR 1b.4"))
+    assert result.hits[0].cfr_ref == "7 CFR 1b.4"
+    assert "citation" in result.hits[0].matched_by
+
+
+async def test_scoping_off_and_bad_input(searcher):
+    plain = await searcher.search(RetrieveRequest(question="What does 21 CFR 133.142 say?", scoping=False))
+    assert plain.scope.citations == []
+    empty = await searcher.search(RetrieveRequest(question="?!"))
+    assert empty.hits == [] and empty.empty_reason
+    huge = await searcher.search(RetrieveRequest(question="cheese " * 5000))
+    assert huge.hits
+
+
+async def test_searching_with_another_embedding_model_is_a_clear_error(settings, corpus):
+    from services.retriever.search import Searcher, SearchError
+
+    class OtherModel:
+        model_name = "some-other-model"
+        dim = 384
+
+    pool = await db.create_pool(settings.database_url, max_size=2)
+    try:
+        with pytest.raises(SearchError, match="embedded with"):
+            await Searcher(pool, settings, embedder=OtherModel()).catalog()
+    finally:
+        await pool.close()
+
+
+async def test_dense_query_plan_uses_the_partial_hnsw_index_even_as_a_prepared_statement(searcher, settings):
+    """pgvector traps: a parameterised model name would not match the partial index; a generic plan of a
+    prepared statement must still use it. Checked with EXPLAIN through asyncpg."""
+    embedder = searcher.embedder
+    vector = embedder.embed_queries(["milkfat in cheese"])[0]
+    dim = len(vector)
+    model = embedder.model_name
+    sql = (f"SELECT w.section_id FROM section_windows w WHERE {db.active_rows('w')} AND w.embedding_model = "
+           f"{db.sql_literal(model)} ORDER BY w.embedding::vector({dim}) <=> $1::vector({dim}) LIMIT 40")
+    conn = await db.connect(settings.database_url)
+    try:
+        await conn.execute("ANALYZE section_windows")
+        # the test corpus is small, so a scan + sort is cheapest: ask whether the planner CAN use the index
+        await conn.execute("SET enable_seqscan = off")
+        await conn.execute("SET enable_bitmapscan = off")
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, vector))
+        assert db.vector_index_name("section_windows", model, dim) in plan, plan
+        statement = await conn.prepare("EXPLAIN " + sql)
+        generic = "\n".join(r[0] for r in await statement.fetch(vector))
+        assert db.vector_index_name("section_windows", model, dim) in generic, generic
+    finally:
+        await conn.close()
+
+
+async def test_hnsw_returns_as_many_rows_as_asked_under_the_active_filter(searcher, settings):
+    """Without iterative scans an HNSW scan stops at ef_search candidates (40 by default) whatever the LIMIT;
+    the production query must return the LIMIT it asks for."""
+    embedder = searcher.embedder
+    vector = embedder.embed_queries(["milkfat in cheese"])[0]
+    conn = await db.connect(settings.database_url)
+    try:
+        active = await conn.fetchval(f"SELECT count(*) FROM section_windows w WHERE {db.active_rows('w')}")
+        await conn.execute("SET enable_seqscan = off")
+        await conn.execute("SET enable_bitmapscan = off")
+        rows = await db.dense_window_search(conn, vector, embedder.model_name, len(vector), 240, ef_search=40)
+        sections = await conn.fetchval(
+            f"SELECT count(DISTINCT section_id) FROM (SELECT section_id FROM section_windows w WHERE "
+            f"{db.active_rows('w')} ORDER BY w.embedding::vector({len(vector)}) <=> $1::vector({len(vector)}) "
+            f"LIMIT {min(240, active)}) x", vector)
+        assert len(rows) >= 0.9 * sections
+    finally:
+        await conn.close()
