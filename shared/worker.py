@@ -42,6 +42,29 @@ class ServiceDefinition:
     teardown: Callable[[], Awaitable[None]] | None = None
 
 
+class PostgresPool:
+    """A worker's PostgreSQL pool: opened in setup, checked by /readyz, closed on the way out."""
+
+    def __init__(self) -> None:
+        self.pool = None
+
+    async def open(self, settings: Settings, max_size: int = 10):
+        from shared import db
+
+        await db.migrate(settings.database_url)
+        self.pool = await db.create_pool(settings.database_url, max_size=max_size)
+        return self.pool
+
+    async def ready(self) -> dict:
+        await self.pool.fetchval("SELECT 1")
+        return {"postgres": "ok"}
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+
+
 def _health_app(definition: ServiceDefinition, worker_ref: dict, started: float) -> Starlette:
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok", "service": definition.name, "uptime_s": round(time.time() - started, 1)})

@@ -3,24 +3,20 @@ from __future__ import annotations
 
 import logging
 
-import asyncpg
-
 from services.ingest.pipeline import IngestPipeline
-from shared import db
-from shared.bus import publish_event
+from shared.bus import connect_redis, publish_event
 from shared.config import Settings
 from shared.messages import Envelope, IngestEvent, IngestRequest
 from shared.streams import INGEST, INGEST_EVENTS
-from shared.worker import ServiceDefinition
+from shared.worker import PostgresPool, ServiceDefinition
 
 log = logging.getLogger(__name__)
 _state: dict = {}
+_postgres = PostgresPool()
 
 
 async def setup(settings: Settings):
-    await db.migrate(settings.database_url)
-    pool: asyncpg.Pool = await db.create_pool(settings.database_url, max_size=4)
-    _state["pool"] = pool
+    pool = await _postgres.open(settings, max_size=4)
     pipeline = IngestPipeline(pool, settings)
     _state["pipeline"] = pipeline
     # a previous worker that died mid-run left its staged version (and its run 'running'): clean them up
@@ -49,23 +45,15 @@ async def setup(settings: Settings):
         await publish_event(worker_redis, INGEST_EVENTS, event, settings.stream_maxlen)
         return event
 
-    from shared.bus import connect_redis
-
     _state["redis"] = connect_redis(settings.redis_url)
     return handle
 
 
-async def ready() -> dict:
-    await _state["pool"].fetchval("SELECT 1")
-    return {"postgres": "ok"}
-
-
 async def teardown() -> None:
-    if "pool" in _state:
-        await _state.pop("pool").close()
+    await _postgres.close()
     if "redis" in _state:
         await _state.pop("redis").aclose()
     _state.pop("pipeline", None)
 
 
-SERVICE = ServiceDefinition("ingest", INGEST, setup, ready, teardown)
+SERVICE = ServiceDefinition("ingest", INGEST, setup, _postgres.ready, teardown)
