@@ -183,7 +183,7 @@ async def read_corpus(source_url: str) -> BaseCorpus:
         windows: dict[int, list] = defaultdict(list)
         for r in await conn.fetch("SELECT section_id, embedding FROM section_windows WHERE status = 'active' "
                                   "ORDER BY section_id, window_no"):
-            windows[r["section_id"]].append(np.asarray(r["embedding"], dtype=np.float32))
+            windows[r["section_id"]].append(_as_array(r["embedding"]))
     finally:
         await conn.close()
     if not sections:
@@ -194,6 +194,11 @@ async def read_corpus(source_url: str) -> BaseCorpus:
     stacked = {sid: np.stack(v) for sid, v in windows.items()}
     dim = next(iter(stacked.values())).shape[1]
     return BaseCorpus(versions, sections, stacked, models.pop(), dim)
+
+
+def _as_array(value) -> np.ndarray:
+    """A pgvector value as float32 numpy (the codec returns ``pgvector.Vector`` or numpy depending on version)."""
+    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
 
 
 _SENTENCE = re.compile(r"(?<=[.;])\s+(?=[A-Z(])")
@@ -500,8 +505,9 @@ class ExplainConn:
     ``overrides`` replace the function's own SET LOCAL values, ``extra`` adds SET LOCALs before the query."""
 
     def __init__(self, conn, overrides: dict[str, str] | None = None, extra: dict[str, str] | None = None,
-                 analyze: bool = True):
+                 analyze: bool = True, rewrite: Callable[[str, tuple], tuple[str, tuple]] | None = None):
         self.conn = conn
+        self.rewrite = rewrite
         self.overrides = overrides or {}
         self.extra = extra or {}
         self.analyze = analyze
@@ -520,6 +526,8 @@ class ExplainConn:
     async def fetch(self, sql: str, *args):
         for name, value in self.extra.items():
             await self.conn.execute(f"SET LOCAL {name} = {value}")
+        if self.rewrite is not None:
+            sql, args = self.rewrite(sql, args)
         self.captured.append((sql, args))
         options = "ANALYZE, BUFFERS, FORMAT JSON" if self.analyze else "FORMAT JSON"
         plan = await self.conn.fetchval(f"EXPLAIN ({options}) {sql}", *args)
@@ -539,7 +547,10 @@ def plan_summary(plan: Any) -> dict[str, Any]:
                            ("Rows Removed by Filter", "removed_by_filter"), ("Index Cond", "index_cond"),
                            ("Order By", "order_by"), ("Subplan Name", "subplan"), ("Recheck Cond", "recheck")):
             if key in node:
-                entry[label] = node[key]
+                value = node[key]
+                # a query vector literal is 5 kB of digits: keep the shape of the expression only
+                entry[label] = re.sub(r"'\[[^\]]{40,}\]'", "'[…query vector…]'", value) \
+                    if isinstance(value, str) else value
         nodes.append(entry)
         for child in node.get("Plans", []):
             walk(child, depth + 1)
@@ -550,6 +561,59 @@ def plan_summary(plan: Any) -> dict[str, Any]:
             "indexes": indexes, "hnsw_used": any("hnsw" in i for i in indexes),
             "seq_scans": sorted({n.get("relation", "?") for n in nodes if n["node"] == "Seq Scan"}),
             "rows": top["Plan"].get("Actual Rows"), "nodes": nodes}
+
+
+@contextlib.asynccontextmanager
+async def auto_explain(conn):
+    """The plans of the statements ``conn`` really executes (asyncpg's prepared statements, custom or generic as
+    the plan cache decides), sent back as NOTICEs by auto_explain. Yields the list the plans are appended to."""
+    plans: list[dict] = []
+
+    def listener(_conn, message) -> None:
+        text = message.message
+        if "\n" in text and "Query Text" in text:
+            with contextlib.suppress(ValueError):
+                plans.append(json.loads(text.split("\n", 1)[1]))
+
+    await conn.execute("LOAD 'auto_explain'")
+    for key, value in (("log_min_duration", "0"), ("log_analyze", "on"), ("log_buffers", "on"),
+                       ("log_format", "json"), ("log_level", "notice"), ("log_nested_statements", "on")):
+        await conn.execute(f"SET auto_explain.{key} = '{value}'")
+    conn.add_log_listener(listener)
+    try:
+        yield plans
+    finally:
+        conn.remove_log_listener(listener)
+        await conn.execute("SET auto_explain.log_min_duration = '-1'")
+
+
+async def executed_plans(conn, call: Callable[[Any], Awaitable[Any]], needle: str, executions: int = 8
+                         ) -> list[dict[str, Any]]:
+    """``call(conn)`` run ``executions`` times as the retriever runs it; the plan of each execution of the
+    statement whose text holds ``needle`` (auto_explain), summarised."""
+    out = []
+    async with auto_explain(conn) as plans:
+        for n in range(executions):
+            plans.clear()
+            started = time.perf_counter()
+            rows = await call(conn)
+            elapsed = (time.perf_counter() - started) * 1000
+            mine = [p for p in plans if needle in p.get("Query Text", "")]
+            if mine:
+                summary = plan_summary(mine[-1])
+                out.append({"execution": n + 1, "rows_returned": len(rows), "client_ms": round(elapsed, 1),
+                            "execution_ms": summary["execution_ms"], "indexes": summary["indexes"],
+                            "hnsw_used": summary["hnsw_used"], "seq_scans": summary["seq_scans"],
+                            "top_nodes": [x["node"] for x in summary["nodes"][:4]]})
+    return out
+
+
+def _literal_limit(limit: int, position: int):
+    """A rewrite that puts the LIMIT in the SQL text (``LIMIT ${position}`` → ``LIMIT <n>``)."""
+    def rewrite(sql: str, args: tuple) -> tuple[str, tuple]:
+        assert position == len(args), "the LIMIT must be the last parameter"
+        return sql.replace(f"LIMIT ${position}", f"LIMIT {int(limit)}"), args[:-1]
+    return rewrite
 
 
 def _vector_literal(vector) -> str:
@@ -631,6 +695,13 @@ async def explain_retrieval(pool, settings, embedder, searcher, questions: list[
             entry["sql"] = " ".join(sql.split())
             entry.update(await prepared_plans(conn, sql, sql_args, {"hnsw.ef_search": str(ef),
                                                                     "hnsw.iterative_scan": "relaxed_order"}))
+            # the LIMIT written into the SQL instead of passed as $2: the planner then costs the first n rows
+            proxy = ExplainConn(conn, rewrite=_literal_limit(args[0], 2))
+            rows = await fn(proxy, vector, model, dim, *args)
+            entry["literal_limit"] = {**plan_summary(proxy.plans[0]), "rows_returned": len(rows)}
+            entry["executed"] = await executed_plans(
+                conn, lambda c, fn=fn, args=args: fn(c, vector, model, dim, *args),
+                "FROM section_windows" if label == "dense_window_search" else "FROM sections s")
             out[label] = entry
         # full text: the lexemes the retriever would keep for the question
         lexemes, idfs = searcher._weighted_lexemes(await db.question_lexemes(conn, question))
@@ -641,6 +712,8 @@ async def explain_retrieval(pool, settings, embedder, searcher, questions: list[
         sql, sql_args = proxy.captured[0]
         entry["sql"] = " ".join(sql.split())
         entry.update(await prepared_plans(conn, sql, sql_args, {}))
+        entry["executed"] = await executed_plans(
+            conn, lambda c: db.fulltext_search(c, lexemes, idfs, w.candidates), "ts_rank")
         out["fulltext_search"] = entry
         # recall of the HNSW window list (as issued) against an exact scan, and the full-text candidate counts
         overlaps, exact_ms, hnsw_ms, matches = [], [], [], []
@@ -772,11 +845,12 @@ async def bench_corpus(size: str, base: BaseCorpus, args, questions: list[str], 
             embedder.embed_queries(["warm up"])
             result["embedder"] = {"model": embedder.model_name, "backend": getattr(embedder, "backend", None),
                                   "load_s": round(time.perf_counter() - started, 2)}
-            if "search" in what:
+            if what & {"search", "explain"}:
                 result["catalog_cold_inproc"] = await cold_catalog(pool, settings, embedder)
                 print(f"[{size}] cold catalog: {result['catalog_cold_inproc']}", flush=True)
                 searcher = Searcher(pool, settings, embedder)
                 await searcher.catalog()
+            if "search" in what:
 
                 async def inproc(q: str):
                     return await searcher.search(RetrieveRequest(question=q))
@@ -787,15 +861,16 @@ async def bench_corpus(size: str, base: BaseCorpus, args, questions: list[str], 
                 result["breakdown_inproc_c1"] = await breakdown(searcher, embedder, questions)
                 print(f"[{size}] breakdown: " + ", ".join(f"{k} {v['p50_ms']}" for k, v in
                                                          result['breakdown_inproc_c1']['parts'].items()), flush=True)
-                if args.explain:
-                    result["explain"] = await explain_retrieval(pool, settings, embedder, searcher, questions)
-                    print(f"[{size}] explain: " + json.dumps({k: {v2: (result['explain'][k][v2].get('indexes'),
-                                                                       result['explain'][k][v2].get('execution_ms'))
-                                                                  for v2 in result['explain'][k]
-                                                                  if isinstance(result['explain'][k][v2], dict)
-                                                                  and 'indexes' in result['explain'][k][v2]}
-                                                              for k in ('dense_window_search', 'dense_section_search',
-                                                                        'fulltext_search')}), flush=True)
+            if args.explain and what & {"search", "explain"}:
+                result["explain"] = await explain_retrieval(pool, settings, embedder, searcher, questions)
+                print(f"[{size}] explain: " + json.dumps({k: {v2: (result['explain'][k][v2].get('indexes'),
+                                                                   result['explain'][k][v2].get('execution_ms'))
+                                                              for v2 in result['explain'][k]
+                                                              if isinstance(result['explain'][k][v2], dict)
+                                                              and 'indexes' in result['explain'][k][v2]}
+                                                          for k in ('dense_window_search', 'dense_section_search',
+                                                                    'fulltext_search')}), flush=True)
+            if "search" in what:
                 result["search"] = search
         finally:
             await pool.close()
@@ -978,7 +1053,8 @@ def _csv(kind):
 
 def parse_args(argv: list[str] | None = None, default_what: str = "search") -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--what", type=_csv(str), default=_csv(str)(default_what), help="search,query")
+    parser.add_argument("--what", type=_csv(str), default=_csv(str)(default_what),
+                        help="search,query (explain: only the database, the cold catalog and the plans)")
     parser.add_argument("--sizes", type=_csv(str), default=None,
                         help="corpora: small and/or <N>k (default: small,85k for search; small for query)")
     parser.add_argument("--paths", type=_csv(str), default=["inproc", "queue", "gateway"])
@@ -1001,8 +1077,8 @@ def parse_args(argv: list[str] | None = None, default_what: str = "search") -> a
     args = parser.parse_args(argv)
     what = set(args.what)
     if args.sizes is None:
-        args.sizes = ["small", "85k"] if "search" in what else list(args.query_sizes)
-    stem = "search" if "search" in what else "query"
+        args.sizes = ["small", "85k"] if what & {"search", "explain"} else list(args.query_sizes)
+    stem = "search" if "search" in what else "query" if "query" in what else "explain"
     args.out = args.out or RESULTS / f"{stem}.json"
     args.plot = args.plot or RESULTS / f"{stem}.png"
     return args

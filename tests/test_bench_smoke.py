@@ -95,6 +95,8 @@ async def test_bench_search_smoke(migrated, tmp_path):
         for key in ("dense_window_search", "dense_section_search", "fulltext_search"):
             assert explain[key]["as_issued"]["nodes"], key
         assert "generic_forced" in explain["dense_window_search"]
+        assert explain["dense_section_search"]["executed"] and explain["fulltext_search"]["executed"]
+        assert explain["dense_section_search"]["literal_limit"]["rows_returned"] > 0
 
         async def handle(kind, request, envelope):
             return await searcher.search(request)
