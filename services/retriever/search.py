@@ -29,9 +29,10 @@ class SearchError(ValueError):
 
 @dataclass(frozen=True)
 class FusionWeights:
+    fusion: str = "weighted"  # "rrf" (reciprocal rank) or "weighted" (min-max normalised scores)
     rrf_k: float = 10.0
     dense: float = 1.0
-    dense_section: float = 0.5  # the whole-section (mean of windows) embedding as a second dense list
+    dense_section: float = 1.0  # the whole-section (mean of windows) embedding as a second dense list
     fulltext: float = 0.5
     cited: float = 1.0  # a cited section that exists comes first
     subject: float = 0.04  # a section the question names by its heading
@@ -127,22 +128,24 @@ class Searcher:
             if mode in ("hybrid", "dense"):
                 rows = await db.dense_window_search(conn, vector, model, dim, w.dense_windows,
                                                     self.settings.hnsw_ef_search)
-                for rank, row in enumerate(rows[: w.candidates], start=1):
+                rows = rows[: w.candidates]
+                for rank, row in enumerate(rows, start=1):
                     dense_rank[row["section_id"]] = rank
                     similarity[row["section_id"]] = float(row["similarity"])
-                    add(row["section_id"], w.dense / (w.rrf_k + rank), "dense")
+                    add(row["section_id"], w.dense * self._fused(rank, row["similarity"], rows, "similarity"), "dense")
                 if w.dense_section:
                     rows = await db.dense_section_search(conn, vector, model, dim, w.candidates,
                                                          self.settings.hnsw_ef_search)
                     for rank, row in enumerate(rows, start=1):
-                        add(row["section_id"], w.dense_section / (w.rrf_k + rank), "dense")
+                        add(row["section_id"], w.dense_section * self._fused(rank, row["similarity"], rows, "similarity"),
+                            "dense")
             if mode in ("hybrid", "fulltext"):
                 lexemes, idfs = self._weighted_lexemes(await db.question_lexemes(conn, question))
                 if lexemes:
                     rows = await db.fulltext_search(conn, lexemes, idfs, w.candidates)
                     for rank, row in enumerate(rows, start=1):
                         fulltext_rank[row["section_id"]] = rank
-                        add(row["section_id"], w.fulltext / (w.rrf_k + rank), "fulltext")
+                        add(row["section_id"], w.fulltext * self._fused(rank, row["rank"], rows, "rank"), "fulltext")
             if use_scoping:
                 cited_refs = [f"{c.title} CFR {c.section}" for c in scope.citations if c.section]
                 subject_refs = [r for s in scope.subjects for r in s.cfr_refs]
@@ -205,6 +208,14 @@ class Searcher:
         if not result.hits:
             result.empty_reason = "no section matched the question's words or meaning"
         return result
+
+    def _fused(self, rank: int, value: float, rows: list, key: str) -> float:
+        """One list's contribution: reciprocal rank, or the min-max normalised score on the same scale."""
+        w = self.weights
+        if w.fusion == "rrf":
+            return 1.0 / (w.rrf_k + rank)
+        top, bottom = float(rows[0][key]), float(rows[-1][key])
+        return (float(value) - bottom) / ((top - bottom) or 1.0) / (w.rrf_k + 1)
 
     def _weighted_lexemes(self, lexemes: list[str]) -> tuple[list[str], list[float]]:
         """The question's lexemes that occur in the corpus, each with its IDF; very common ones are dropped when
