@@ -46,8 +46,10 @@ class ScorerThresholds:
     not_found_min_similarity: float = 0.30
     coverage_weight: float = 0.20
     coverage_center: float = 0.50
-    agreement_bonus: float = 0.05
-    agreement_top_n: int = 3  # the same section within this many places of both rankings
+    agreement_bonus: float = 0.05  # the top hit is within agreement_top_n of the full-text ranking too
+    agreement_top_n: int = 3
+    specific_subject_bonus: float = 0.0  # a subject named by a rare heading word matched a hit
+    coverage_top_n: int = 5  # IDF-weighted term coverage: the best of this many top hits
     margin_weight: float = 0.0
     hard_floor_similarity: float = 0.15  # below this top-1 cosine nothing else rescues it (bar citations)
 
@@ -64,6 +66,7 @@ class ScorerThresholds:
     conflict_similarity_window: float = 0.12  # both conflicting hits within this of the top hit
     conflict_min_similarity_over_threshold: float = 0.05  # and this far above the not_found threshold
     conflict_min_term_overlap: int = 2  # question terms (or anchor figures) the figure's clause must share
+    conflict_min_term_share: float = 0.6  # ... and at least this share of the question's key terms
 
     # --- stale -----------------------------------------------------------------------------------------
     stale_similarity_margin: float = 0.08  # superseded match this much better than the best active hit

@@ -25,6 +25,7 @@ Pre-gate order (first that applies wins):
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -55,9 +56,11 @@ from services.scorer.support import (
     QUESTION_FRAME,
     STOPWORDS,
     UNIT_WORDS,
+    CorpusStats,
     SentenceEmbeddingCache,
     claim_support,
     content_words,
+    idf_coverage,
     split_sentences,
     stem,
     stem_set,
@@ -294,6 +297,28 @@ def primary_figures(text: str, key_stems: set[str], anchors: list[Figure], windo
     return out, best
 
 
+def term_figures(text: str, key_stems: set[str], anchors: list[Figure], th: ScorerThresholds) -> dict:
+    """Figures of ``text`` for the question's terms, grouped by the question terms their clause holds
+    (``frozenset`` of stems, or ``{"#anchor"}`` for clauses holding the question's own figure); only clauses that
+    hold at least ``conflict_min_term_share`` of the key terms (and ``conflict_min_term_overlap`` of them), and
+    no calendar dates."""
+    need = max(th.conflict_min_term_overlap, math.ceil(th.conflict_min_term_share * len(key_stems)))
+    out: dict[frozenset, list[Figure]] = {}
+    for h in relevant_figures(text, key_stems, anchors, th.figure_window_tokens):
+        if h.figure.unit in ("date", "year"):
+            continue
+        if h.anchored:
+            terms = frozenset({"#anchor"})
+        else:
+            terms = frozenset(key_stems & stem_set(h.clause))
+            if len(terms) < need:
+                continue
+        figs = out.setdefault(terms, [])
+        if not any(f.key == h.figure.key for f in figs):
+            figs.append(h.figure)
+    return out
+
+
 def _fig_text(figs: list[Figure]) -> str:
     return _join([f.key for f in figs], "or")
 
@@ -419,9 +444,12 @@ def named_members(family: Family, question: str, retrieval: RetrieveResult, q: Q
         if matched and len(matched) < len(family.members):
             return _best_named(matched, family, q) or matched
     named = [m for m in family.members if (_heading_stems(m) - {family.word}) & q.stems]
-    if not named or len(named) == len(family.members):
+    if not named:
         return []
-    return _best_named(named, family, q)
+    best = _best_named(named, family, q)
+    # every member shares a named word ("process cheese food" vs "process cheese"): the ones whose heading the
+    # question names most completely are singled out, unless that is all of them
+    return [] if len(best) == len(family.members) else best
 
 
 def _best_named(named: list[Hit], family: Family, q: QuestionTerms) -> list[Hit]:
@@ -430,9 +458,13 @@ def _best_named(named: list[Hit], family: Family, q: QuestionTerms) -> list[Hit]
         dist = _heading_stems(h) - {family.word}
         return len(dist & q.stems) / len(dist) if dist else 0.0
 
-    scores = {h.cfr_ref: share(h) for h in named}
+    def named_words(h: Hit) -> int:
+        return len((_heading_stems(h) - {family.word}) & q.stems)
+
+    # the best-covered heading wins; among fully named ones the most specific (most words named) does
+    scores = {h.cfr_ref: (round(share(h), 9), named_words(h)) for h in named}
     top = max(scores.values())
-    return [h for h in named if scores[h.cfr_ref] >= top - 1e-9]
+    return [h for h in named if scores[h.cfr_ref] == top]
 
 
 # --------------------------------------------------------------------------------------------
@@ -446,7 +478,8 @@ def _searched_titles(retrieval: RetrieveResult, corpus_titles: list[int] | None)
     return ("title " if len(names) == 1 else "titles ") + _join(names)
 
 
-def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThresholds) -> dict[str, float]:
+def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThresholds,
+                    corpus_stats: CorpusStats | None = None) -> dict[str, float]:
     hits = retrieval.hits
     scope = retrieval.scope
     sims = sorted((_sim(h) for h in hits), reverse=True)
@@ -462,18 +495,26 @@ def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThreshol
         h.dense_rank is not None and h.fulltext_rank is not None and h.dense_rank <= n and h.fulltext_rank <= n
         for h in hits[: max(n, 1)]
     )
+    # the fused top hit is also near the top of the full-text ranking: the question's words, not only its
+    # meaning, point at it
+    fulltext_top = bool(hits) and hits[0].fulltext_rank is not None and hits[0].fulltext_rank <= n
+    # IDF-weighted question-term coverage of the best of the top hits: a rare question word no top section
+    # holds ("EMTALA", "glyphosate") weighs most
+    idf_cov = max((idf_coverage(question, f"{h.heading}\n{h.text}", corpus_stats)
+                   for h in hits[: th.coverage_top_n]), default=0.0)
     score_margin = 0.0
     if len(hits) > 1 and hits[0].score:
         score_margin = (hits[0].score - hits[1].score) / abs(hits[0].score)
     hit_refs = {h.cfr_ref for h in hits}
     subject_match = any(set(s.cfr_refs) & hit_refs for s in scope.subjects)
+    specific_subject = any(set(s.cfr_refs) & hit_refs for s in scope.subjects if s.specific)
     cited_exists = any(c.exists for c in scope.citations)
     cited_missing = len(scope.missing_citations) + sum(1 for c in scope.citations if not c.exists and c not in scope.missing_citations)
     if any_similarity:
-        relevance = (s1 + th.coverage_weight * (cov - th.coverage_center) + th.agreement_bonus * agreement
-                     + th.margin_weight * (s1 - s2))
+        relevance = (s1 + th.coverage_weight * (idf_cov - th.coverage_center) + th.agreement_bonus * fulltext_top
+                     + th.specific_subject_bonus * specific_subject + th.margin_weight * (s1 - s2))
     else:  # full-text only: question-term coverage carries it
-        relevance = th.not_found_min_similarity + th.coverage_weight * 2 * (cov - 0.6)
+        relevance = th.not_found_min_similarity + th.coverage_weight * 2 * (idf_cov - 0.6)
     sup_best = max((_sim(h) for h in retrieval.superseded), default=0.0)
     return {
         "top1_similarity": s1,
@@ -481,8 +522,11 @@ def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThreshol
         "similarity_margin": s1 - s2,
         "score_margin": score_margin,
         "term_coverage": cov,
+        "idf_coverage": idf_cov,
         "dense_fulltext_agreement": float(agreement),
+        "fulltext_top": float(fulltext_top),
         "subject_match": float(subject_match),
+        "specific_subject": float(specific_subject),
         "cited_exists": float(cited_exists),
         "cited_missing": float(cited_missing),
         "unsupported_titles": float(len(scope.unsupported_titles)),
@@ -512,12 +556,12 @@ def _active_since(hit: Hit, superseded: list[Hit]) -> str | None:
 
 
 def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | None = None, *,
-             corpus_titles: list[int] | None = None) -> PreGateResult:
+             corpus_titles: list[int] | None = None, corpus_stats: CorpusStats | None = None) -> PreGateResult:
     th = th or ScorerThresholds()
     scope = retrieval.scope
     hits = [h for h in retrieval.hits if h.status == "active"]
     superseded = sorted(retrieval.superseded, key=_sim, reverse=True)
-    signals = compute_signals(question, retrieval, th)
+    signals = compute_signals(question, retrieval, th, corpus_stats)
     q = analyse_question(question)
 
     # 1. citations the corpus does not hold ---------------------------------------------------------
@@ -589,7 +633,9 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
         return _refuse("not_found", _not_found_message(question, retrieval, corpus_titles, None), [], signals)
 
     # 5. nothing relevant -------------------------------------------------------------------------------
-    backed = signals["cited_exists"] > 0 or signals["subject_match"] > 0
+    # only a cited section or a subject named by a rare heading word backs retrieval on its own; a common heading
+    # word ("enrollment", "labeling") names sections about a neighbouring rule as often as the right one
+    backed = signals["cited_exists"] > 0 or signals["specific_subject"] > 0
     weak = signals["top1_similarity"] < th.hard_floor_similarity and any(h.similarity is not None for h in hits)
     if not backed and (weak or signals["relevance"] < th.not_found_min_similarity):
         closest = best_active if best_active is not None and best_active.similarity is not None else hits[0]
@@ -704,48 +750,89 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
                     [_evidence(m, [f.key for f in figs], detail=f"{m.heading}: {_fig_text(figs)}") for m, figs in listed],
                     signals,
                 )
-        if named:
-            # proceed with the named member(s), the siblings their text relies on, and non-siblings
-            member_refs = {m.cfr_ref for m in family.members}
-            named_refs = {m.cfr_ref for m in named}
-            relied = {r.cfr_ref for m in named for r in find_cfr_refs(m.text, m.title)}
-            sections = (named + [h for h in entitled if h.cfr_ref in relied and h.cfr_ref not in named_refs]
-                        + [h for h in entitled if h.cfr_ref not in member_refs])
+        sections = _sections_for(entitled, family, named)
+    sections = _question_named_first(sections, retrieval)
 
     # 9. conflicting --------------------------------------------------------------------------------------
+    # Two strongly matched sections that state different figures for the SAME term the question asks about:
+    # each figure's clause must hold most of the question's key terms (or the question's own figure), the two
+    # clauses the same ones, and neither section may be singled out by the question (a cited section or a
+    # specifically named subject settles it). Dates are not requirements that conflict.
     top_sim = max((_sim(h) for h in sections), default=0.0)
     strong = [h for h in sections[: th.pool_size]
               if _sim(h) >= top_sim - th.conflict_similarity_window
               and _sim(h) >= th.not_found_min_similarity + th.conflict_min_similarity_over_threshold][:5]
-    if not figure_question:
+    specific_refs = {r for sub in scope.subjects if sub.specific for r in sub.cfr_refs}
+    settled = bool(cited_hits) or any(h.cfr_ref in specific_refs for h in hits[:3])
+    signals["conflict_settled_by_question"] = float(settled)
+    if not figure_question or settled:
         strong = []
     family_refs = {m.cfr_ref for m in family.members} if family else set()
     conflict_key = set(q.key) - ({family.word} if family else set())
-    figs_of = {h.cfr_ref: primary_figures(h.text, conflict_key, q.anchors, th.figure_window_tokens,
-                                          th.conflict_min_term_overlap) for h in strong}
+    figs_of = {h.cfr_ref: term_figures(h.text, conflict_key, q.anchors, th) for h in strong}
     for a, b in itertools.combinations(strong, 2):
         if a.cfr_ref in family_refs and b.cfr_ref in family_refs:
             continue  # siblings are a divergence question, settled above
         if a.kind != b.kind:
             continue
-        fa, _ = figs_of[a.cfr_ref]
-        fb, _ = figs_of[b.cfr_ref]
-        for unit in sorted({f.unit for f in fa} & {f.unit for f in fb}):
-            va = sorted({f.value for f in fa if f.unit == unit})
-            vb = sorted({f.value for f in fb if f.unit == unit})
-            if len(va) == 1 and len(vb) == 1 and va != vb:
-                ka, kb = format_figure(va[0], unit), format_figure(vb[0], unit)
-                signals["conflict_pairs"] = signals.get("conflict_pairs", 0.0) + 1
-                return _refuse(
-                    "conflicting",
-                    f"{a.cfr_ref} says {ka} and {b.cfr_ref} says {kb} for the same requirement, and neither section "
-                    f"outranks the other, so the corpus cannot settle which figure applies.",
-                    [_evidence(a, [ka], detail=f"{a.heading}: {ka}"), _evidence(b, [kb], detail=f"{b.heading}: {kb}")],
-                    signals,
-                )
+        for terms in sorted(set(figs_of[a.cfr_ref]) & set(figs_of[b.cfr_ref]), key=lambda t: (-len(t), sorted(t))):
+            fa, fb = figs_of[a.cfr_ref][terms], figs_of[b.cfr_ref][terms]
+            for unit in sorted({f.unit for f in fa} & {f.unit for f in fb}):
+                va = sorted({f.value for f in fa if f.unit == unit})
+                vb = sorted({f.value for f in fb if f.unit == unit})
+                if len(va) == 1 and len(vb) == 1 and va != vb:
+                    ka, kb = format_figure(va[0], unit), format_figure(vb[0], unit)
+                    signals["conflict_pairs"] = signals.get("conflict_pairs", 0.0) + 1
+                    return _refuse(
+                        "conflicting",
+                        f"{a.cfr_ref} says {ka} and {b.cfr_ref} says {kb} for the same requirement, and neither "
+                        f"section outranks the other, so the corpus cannot settle which figure applies.",
+                        [_evidence(a, [ka], detail=f"{a.heading}: {ka}"),
+                         _evidence(b, [kb], detail=f"{b.heading}: {kb}")],
+                        signals,
+                    )
 
     signals["sections"] = float(len(sections))
     return PreGateResult(proceed=True, refusal=None, sections=sections, signals=signals)
+
+
+def _sections_for(entitled: list[Hit], family: Family | None, named: list[Hit]) -> list[Hit]:
+    """The sections generation gets: with a named sibling, the named member(s), the siblings their text relies
+    on, and the non-siblings; otherwise every entitled hit."""
+    if family is None or not named:
+        return list(entitled)
+    member_refs = {m.cfr_ref for m in family.members}
+    named_refs = {m.cfr_ref for m in named}
+    relied = {r.cfr_ref for m in named for r in find_cfr_refs(m.text, m.title)}
+    return (named + [h for h in entitled if h.cfr_ref in relied and h.cfr_ref not in named_refs]
+            + [h for h in entitled if h.cfr_ref not in member_refs])
+
+
+def _question_named_first(sections: list[Hit], retrieval: RetrieveResult) -> list[Hit]:
+    """Sections the question cites, then those a specific subject names, ahead of the rest (a sibling family
+    found among the other hits must not push them down)."""
+    cited = {_citation_ref(c) for c in retrieval.scope.citations if c.exists}
+    specific = {r for s in retrieval.scope.subjects if s.specific for r in s.cfr_refs}
+    first = [h for h in sections if h.cfr_ref in cited] + [h for h in sections
+                                                           if h.cfr_ref in specific and h.cfr_ref not in cited]
+    if not first:
+        return sections
+    refs = {h.cfr_ref for h in first}
+    return first + [h for h in sections if h.cfr_ref not in refs]
+
+
+def candidate_sections(question: str, retrieval: RetrieveResult, th: ScorerThresholds | None = None) -> list[Hit]:
+    """The sections ``pre_gate`` hands to generation when it proceeds (whatever it decides): for calibration,
+    which must generate answers for questions a stricter threshold would refuse."""
+    th = th or ScorerThresholds()
+    q = analyse_question(question)
+    hits = [h for h in retrieval.hits if h.status == "active"]
+    entitled = [h for h in hits if entitlement(h, question, th) is None]
+    if not entitled:
+        return []
+    family = find_family(entitled[: th.pool_size], th)
+    named = named_members(family, question, retrieval, q) if family is not None else []
+    return _question_named_first(_sections_for(entitled, family, named), retrieval)
 
 
 def _term_phrase(question: str, key: set[str]) -> str:

@@ -13,17 +13,18 @@ from shared.messages import Confidence, PostGateRequest, PostGateResult, PreGate
 
 from services.scorer.confidence import ScorerThresholds, compute_confidence
 from services.scorer.gates import post_gate, pre_gate
-from services.scorer.support import SentenceEmbeddingCache
+from services.scorer.support import CorpusStats, SentenceEmbeddingCache
 
 log = logging.getLogger(__name__)
 
 
 class Scorer:
     def __init__(self, settings: Settings, thresholds: ScorerThresholds | None = None, *,
-                 corpus_titles: list[int] | None = None, embedder=None):
+                 corpus_titles: list[int] | None = None, embedder=None, corpus_stats: CorpusStats | None = None):
         self.settings = settings
         self.thresholds = thresholds or ScorerThresholds.from_settings(settings)
         self.corpus_titles = corpus_titles
+        self.corpus_stats = corpus_stats
         self._embedder = embedder
         self._cache: SentenceEmbeddingCache | None = None
 
@@ -38,7 +39,8 @@ class Scorer:
 
     # synchronous forms, for the eval harness and tests ------------------------------------------------
     def pre_sync(self, req: PreGateRequest) -> PreGateResult:
-        return pre_gate(req.question, req.retrieval, self.thresholds, corpus_titles=self.corpus_titles)
+        return pre_gate(req.question, req.retrieval, self.thresholds, corpus_titles=self.corpus_titles,
+                        corpus_stats=self.corpus_stats)
 
     def post_sync(self, req: PostGateRequest) -> PostGateResult:
         return post_gate(req, self.thresholds, self._support_cache())
@@ -55,3 +57,12 @@ class Scorer:
         not_found = pre.refusal is not None and pre.refusal.reason == "not_found"
         return compute_confidence([h.similarity for h in retrieval.hits], 0.0, self.thresholds,
                                   not_found=not_found, signals=pre.signals)
+
+
+async def load_corpus_stats(pool) -> CorpusStats:
+    """Document frequencies of the active sections' content stems (heading + text), for IDF-weighted coverage."""
+    from shared import db
+
+    rows = await pool.fetch(f"SELECT s.heading, s.text FROM sections s WHERE {db.active_rows('s')}")
+    texts = [f"{r['heading'] or ''}\n{r['text'] or ''}" for r in rows]
+    return await asyncio.to_thread(CorpusStats.from_texts, texts)

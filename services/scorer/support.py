@@ -31,7 +31,8 @@ STOPWORDS = frozenset(
     yourself yourselves also may must shall might per via upon within without whether etc e.g i.e us cfr
     section sections part parts title paragraph paragraphs chapter subpart tell explain say says said please
     need needs required require requires requirement requirements rule rules regulation regulations regulatory
-    federal code according apply applies applicable much many mean means use used using""".split()
+    federal code according apply applies applicable much many mean means use used using what's i'm we're they're
+    it's i've you're there's who's where's how's can't won't doesn't didn't""".split()
 )
 # words that frame a question but never pick out a subject (kept apart from STOPWORDS on purpose:
 # they still count as words of a claim for lexical support)
@@ -204,6 +205,20 @@ def _norm_for_verbatim(text: str) -> str:
     return re.sub(r"\s+", " ", t).strip(" .;:")
 
 
+_PINPOINT = re.compile(r"\s*\[(?:\d+\s*C\.?F\.?R\.?|§)[^\]]{0,80}\]")
+_ATTRIBUTION = re.compile(r"^\s*(?:according to|under|per|as stated in)\b[^:]{0,400}?:\s*", re.I)
+
+
+def claim_body(sentence: str) -> str:
+    """What a sentence claims, without its attribution: bracketed pinpoints ("[21 CFR 133.142(a)]"), a leading
+    "According to 21 CFR 133.142 (Gouda cheese):" frame and leading paragraph designations are not claims, and a
+    sentence copied verbatim from a section must still read as verbatim once they are taken off."""
+    body = _PINPOINT.sub("", sentence)
+    if find_cfr_refs(body[:400]) or re.match(r"^\s*according to\b", body, re.I):
+        body = _ATTRIBUTION.sub("", body, count=1)
+    return re.sub(r"^\s*(?:\([a-zA-Z0-9]+\))+\s*", "", body).strip()
+
+
 def claim_support(
     sentences: Sequence[str],
     sections: Sequence,  # Hit-like: cfr_ref, heading, text
@@ -244,7 +259,7 @@ def claim_support(
         words = set(content_words(sent))
         is_claim = len(words) >= thresholds.min_content_words
         best = ClaimSupport(sent, False, 0.0, 0.0, 0.0, False, None, is_claim)
-        norm = _norm_for_verbatim(re.sub(r"^\s*(?:\([a-zA-Z0-9]+\))+\s*", "", sent))
+        norm = _norm_for_verbatim(claim_body(sent))
         for r in relied[i]:
             verbatim = len(norm) >= 12 and norm in sec_norm[r]
             lexical = len(words & sec_stems[r]) / len(words) if words else 0.0
@@ -256,3 +271,46 @@ def claim_support(
         best.supported = (not is_claim) or best.support >= thresholds.supported_min
         out.append(best)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# corpus statistics: how specific a question's word is
+# --------------------------------------------------------------------------------------------
+@dataclass
+class CorpusStats:
+    """Document frequency of every content stem over the active sections (heading + text)."""
+
+    n: int
+    df: dict[str, int]
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str]) -> "CorpusStats":
+        df: dict[str, int] = {}
+        n = 0
+        for text in texts:
+            n += 1
+            for w in stem_set(text):
+                df[w] = df.get(w, 0) + 1
+        return cls(n, df)
+
+    def idf(self, stem_: str) -> float:
+        """log((n+1)/(df+0.5)), scaled to 0..1 by its maximum (a stem the corpus never uses)."""
+        top = np.log((self.n + 1) / 0.5)
+        return float(np.log((self.n + 1) / (self.df.get(stem_, 0) + 0.5)) / top) if self.n else 1.0
+
+
+def question_key_stems(question: str) -> set[str]:
+    """The question's content stems that can pick out a subject (framing and unit words dropped)."""
+    return set(content_words(question.replace("\u2019", "'"), drop=QUESTION_FRAME | UNIT_WORDS))
+
+
+def idf_coverage(question: str, text: str, stats: "CorpusStats | None") -> float:
+    """IDF-weighted share of the question's key stems found in ``text`` (a rare word the text lacks weighs
+    most); plain share without corpus statistics."""
+    q = question_key_stems(question)
+    if not q:
+        return 0.0
+    have = stem_set(text)
+    weights = {w: (stats.idf(w) if stats is not None else 1.0) for w in q}
+    total = sum(weights.values())
+    return sum(v for w, v in weights.items() if w in have) / total if total else 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from services.scorer.service import Scorer
+from services.scorer.service import Scorer, load_corpus_stats
 from shared import db
 from shared.config import Settings
 from shared.messages import Envelope, PostGateRequest, PreGateRequest
@@ -17,13 +17,18 @@ _state: dict = {}
 async def setup(settings: Settings):
     pool = await db.create_pool(settings.database_url, max_size=2)
     _state["pool"] = pool
-    scorer = Scorer(settings, corpus_titles=(await db.active_titles(pool)) or None)
+    scorer = Scorer(settings, corpus_titles=(await db.active_titles(pool)) or None,
+                    corpus_stats=await load_corpus_stats(pool))
     await asyncio.to_thread(scorer._support_cache)  # load the embedder before traffic
-    refreshed = {"at": time.monotonic()}
+    refreshed = {"at": time.monotonic(), "signature": await db.active_signature(pool)}
 
     async def handle(kind: str, request, envelope: Envelope):
-        if time.monotonic() - refreshed["at"] > 30:  # the titles named in refusal messages follow ingests
+        if time.monotonic() - refreshed["at"] > 30:  # titles and word statistics follow ingests
             scorer.corpus_titles = (await db.active_titles(pool)) or None
+            signature = await db.active_signature(pool)
+            if signature != refreshed["signature"]:
+                scorer.corpus_stats = await load_corpus_stats(pool)
+                refreshed["signature"] = signature
             refreshed["at"] = time.monotonic()
         if kind == "pre_gate":
             assert isinstance(request, PreGateRequest)
