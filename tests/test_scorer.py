@@ -426,3 +426,49 @@ def test_sibling_figures_only_matter_when_the_question_asks_for_one():
     assert res.proceed and res.signals["asks_for_figure"] == 0.0
     question, retrieval = case_retrieval("conflicting_pasteurized")
     assert pre_gate("What does it mean for milk to be pasteurized?", retrieval).proceed
+
+
+# --------------------------------------------------------------------------------------------
+# false refusals found by calibration (eval/calibrate.py), on the shipped corpus's real text as the
+# production retriever returned it (tests/data/scorer_calibration_cases.json)
+# --------------------------------------------------------------------------------------------
+CALIBRATION = json.loads((DATA / "scorer_calibration_cases.json").read_text())["cases"]
+
+
+def calibration_case(name: str) -> tuple[str, RetrieveResult]:
+    case = CALIBRATION[name]
+    return case["question"], RetrieveResult.model_validate(case["retrieval"])
+
+
+@pytest.mark.parametrize("name, first", [
+    ("cited_section_not_conflicting", "42 CFR 406.21"),  # dates elsewhere are not conflicting figures
+    ("cited_part_rate_not_conflicting", "7 CFR 277.4"),  # the cited section settles it
+    ("specific_subject_not_conflicting", "21 CFR 131.150"),  # heavy cream named by a rare heading word
+    ("different_terms_not_conflicting", "21 CFR 312.32"),  # 7 vs 10 days for different obligations
+])
+def test_figures_for_other_terms_or_a_named_section_are_not_conflicting(name, first):
+    question, retrieval = calibration_case(name)
+    res = pre_gate(question, retrieval)
+    assert res.proceed, res.refusal
+    assert res.sections[0].cfr_ref == first
+
+
+def test_the_most_completely_named_sibling_is_singled_out():
+    question, retrieval = calibration_case("named_sibling_most_specific")  # "Pasteurized process cheese food: …"
+    res = pre_gate(question, retrieval)
+    assert res.proceed, res.refusal
+    assert [s.cfr_ref for s in res.sections][:1] == ["21 CFR 133.173"]
+    assert "21 CFR 133.169" not in [s.cfr_ref for s in res.sections]  # process cheese, a sibling, dropped
+
+
+def test_a_specifically_named_section_stays_first_ahead_of_a_sibling_family():
+    question, retrieval = calibration_case("specific_subject_stays_first")  # half-and-half vs nutrient claims
+    res = pre_gate(question, retrieval)
+    assert res.proceed, res.refusal
+    assert res.sections[0].cfr_ref == "21 CFR 131.180"
+
+
+def test_a_conflict_still_needs_the_same_terms_in_both_clauses():
+    question, retrieval = case_retrieval("conflicting_pasteurized")
+    res = pre_gate(question, retrieval, ScorerThresholds(conflict_min_term_share=0.6))
+    assert res.refusal is not None and res.refusal.reason == "conflicting"
