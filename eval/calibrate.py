@@ -187,13 +187,12 @@ class Bench:
         g = self.gens.get(key)
         if g is None:
             return None
-        memo_key = (key, repr(th.support), th.weight_retrieval, th.weight_coverage, th.tier_high, th.tier_medium,
-                    )
+        memo_key = (key, repr(th))
         if memo_key not in self._post_memo:
             req = PostGateRequest(question=row["question"], retrieval=self.retrievals[row["id"]], sections=pre.sections,
                                   plain=GenerateResult.model_validate(g["plain"]),
                                   legal=GenerateResult.model_validate(g["legal"]))
-            self._post_memo[memo_key] = post_gate(req, th, self.support_cache)
+            self._post_memo[memo_key] = post_gate(req, th, self.support_cache, corpus_stats=self.stats)
         return self._post_memo[memo_key]
 
     def run(self, th, rows: list[dict] | None = None) -> list[dict]:

@@ -250,8 +250,11 @@ def test_a_cited_existing_section_is_never_not_found():
 
 
 def test_thresholds_come_from_settings_and_can_be_overridden():
+    # a value set explicitly in the settings wins; the others keep the calibrated defaults
     th = ScorerThresholds.from_settings(Settings(not_found_min_similarity=0.95))
-    assert th.not_found_min_similarity == 0.95 and th.weight_retrieval == 0.35 and th.tier_high == 0.75
+    assert th.not_found_min_similarity == 0.95
+    assert th.weight_retrieval == ScorerThresholds().weight_retrieval and th.tier_high == ScorerThresholds().tier_high
+    assert ScorerThresholds.from_settings(Settings(tier_high=0.7, confidence_weight_coverage=0.6)).tier_high == 0.7
     question, retrieval = case_retrieval("proceed_curing_agree")
     assert pre_gate(question, retrieval, th).refusal.reason == "not_found"
     assert pre_gate(question, retrieval, th.replace(not_found_min_similarity=0.3)).proceed
@@ -379,14 +382,23 @@ def test_provider_refusal_is_named(scorer):
 # confidence and figures
 # --------------------------------------------------------------------------------------------
 def test_confidence_arithmetic_is_exact():
-    conf = compute_confidence([0.8, 0.6, 0.4, 0.9], 1.0)
+    old = ScorerThresholds(weight_retrieval=0.35, weight_coverage=0.65, weight_evidence=0.0, tier_high=0.75,
+                           tier_medium=0.5)
+    conf = compute_confidence([0.8, 0.6, 0.4, 0.9], 1.0, old)
     assert conf.retrieval_score == pytest.approx(0.6)
     assert conf.score == pytest.approx(0.35 * 0.6 + 0.65 * 1.0) == pytest.approx(0.86)
     assert conf.tier == "high"
-    assert compute_confidence([0.8, None, 0.4], 0.5).score == pytest.approx(0.35 * 0.4 + 0.65 * 0.5)
-    assert compute_confidence([0.8, None, 0.4], 0.5).tier == "low"
-    assert compute_confidence([0.6, 0.6, 0.6], 0.5).tier == "medium"  # 0.535
+    assert compute_confidence([0.8, None, 0.4], 0.5, old).score == pytest.approx(0.35 * 0.4 + 0.65 * 0.5)
+    assert compute_confidence([0.8, None, 0.4], 0.5, old).tier == "low"
+    assert compute_confidence([0.6, 0.6, 0.6], 0.5, old).tier == "medium"  # 0.535
     assert compute_confidence([0.9], 1.0, not_found=True).tier == "not_found"
+    # the calibrated composite: evidence = (relevance - not_found threshold) / span, clipped to 0..1
+    d = ScorerThresholds()
+    conf = compute_confidence([0.8, 0.6, 0.4], 1.0, d, relevance=d.not_found_min_similarity + d.evidence_span / 2)
+    assert conf.signals["evidence"] == pytest.approx(0.5)
+    assert conf.score == pytest.approx(d.weight_retrieval * 0.6 + d.weight_coverage + d.weight_evidence * 0.5)
+    assert compute_confidence([0.8], 1.0, d, signals={"relevance": 5.0}).signals["evidence"] == 1.0
+    assert compute_confidence([0.8], 1.0, d, relevance=0.0).signals["evidence"] == 0.0
     assert retrieval_score([]) == 0.0
     th = ScorerThresholds(weight_retrieval=0.5, weight_coverage=0.5, tier_high=0.9)
     assert compute_confidence([0.8, 0.6, 0.4], 1.0, th).tier == "medium"

@@ -15,9 +15,17 @@ Confidence (no judge call):
   When the text cites nothing, the structured fields stand in: the share of the answer's ``citations`` and
   verified ``quotes`` whose cfr_ref is in the retrieved set; when those are empty too, coverage is 0 (the answer
   shows no grounding).
-- ``score`` = w_r * retrieval_score + w_c * citation_coverage.
+- ``evidence`` = how far the pre-gate's relevance (top-1 cosine + IDF-weighted question-term coverage + full-text
+  agreement + a specifically named subject, see ``gates.compute_signals``) clears the not_found threshold,
+  scaled by ``evidence_span`` and clipped to 0..1. An extractive answer almost always has full citation coverage,
+  so coverage alone cannot tell a right answer from a wrong one; how well the evidence matches the question can.
+- ``score`` = w_r * retrieval_score + w_c * citation_coverage + w_e * evidence.
 - tier: ``not_found`` when the pre-gate found nothing relevant; else high >= tier_high, medium >= tier_medium,
   else low.
+
+The defaults are calibrated on the evaluation set (``eval/calibrate.py``, cross-validated; see the Calibration
+section of ``eval/README.md``). ``from_settings`` takes a settings value only when it was set explicitly
+(environment or argument); otherwise the calibrated default here applies.
 """
 from __future__ import annotations
 
@@ -32,23 +40,27 @@ from services.scorer.support import SupportThresholds
 @dataclass(frozen=True)
 class ScorerThresholds:
     # --- confidence (settings) ----------------------------------------------------------------------
-    weight_retrieval: float = 0.35
-    weight_coverage: float = 0.65
-    tier_high: float = 0.75
-    tier_medium: float = 0.50
+    weight_retrieval: float = 0.20
+    weight_coverage: float = 0.30
+    weight_evidence: float = 0.50
+    evidence_span: float = 0.40  # relevance this far above the not_found threshold is full evidence
+    tier_high: float = 0.85
+    tier_medium: float = 0.60
     retrieval_top_n: int = 3
 
     # --- not_found ------------------------------------------------------------------------------------
-    # relevance = top1_similarity + coverage_weight*(term_coverage - coverage_center)
-    #             + agreement_bonus*agreement + margin_weight*similarity_margin
-    # not_found when relevance < not_found_min_similarity (settings), unless a cited section exists or a
-    # heading-named subject matched a retrieved section.
-    not_found_min_similarity: float = 0.30
+    # relevance = top1_similarity + coverage_weight*(idf_coverage - coverage_center)
+    #             + agreement_bonus*fulltext_top + specific_subject_bonus*specific_subject
+    #             + margin_weight*similarity_margin
+    # not_found when relevance < not_found_min_similarity (settings), unless a cited section exists or a subject
+    # named by a rare heading word matched a retrieved section. Weights: logistic regression on the eval set
+    # rounded to 0.05 (stable over the 5 folds); threshold: cross-validated, rounded.
+    not_found_min_similarity: float = 0.50
     coverage_weight: float = 0.20
     coverage_center: float = 0.50
-    agreement_bonus: float = 0.05  # the top hit is within agreement_top_n of the full-text ranking too
+    agreement_bonus: float = 0.10  # the top hit is within agreement_top_n of the full-text ranking too
     agreement_top_n: int = 3
-    specific_subject_bonus: float = 0.0  # a subject named by a rare heading word matched a hit
+    specific_subject_bonus: float = 0.10  # only moves confidence: a specific subject already backs retrieval
     coverage_top_n: int = 5  # IDF-weighted term coverage: the best of this many top hits
     margin_weight: float = 0.0
     hard_floor_similarity: float = 0.15  # below this top-1 cosine nothing else rescues it (bar citations)
@@ -75,15 +87,21 @@ class ScorerThresholds:
     allow_question_figures: bool = True  # a figure the question itself states may be repeated
     support: SupportThresholds = field(default_factory=SupportThresholds)
 
+    _SETTINGS = {
+        "confidence_weight_retrieval": "weight_retrieval",
+        "confidence_weight_coverage": "weight_coverage",
+        "tier_high": "tier_high",
+        "tier_medium": "tier_medium",
+        "not_found_min_similarity": "not_found_min_similarity",
+    }
+
     @classmethod
     def from_settings(cls, settings, **overrides) -> "ScorerThresholds":
-        base = cls(
-            weight_retrieval=settings.confidence_weight_retrieval,
-            weight_coverage=settings.confidence_weight_coverage,
-            tier_high=settings.tier_high,
-            tier_medium=settings.tier_medium,
-            not_found_min_similarity=settings.not_found_min_similarity,
-        )
+        """The calibrated defaults, with every settings value that was set explicitly (env/argument) on top."""
+        explicit = getattr(settings, "model_fields_set", None)
+        values = {mine: getattr(settings, name) for name, mine in cls._SETTINGS.items()
+                  if explicit is None or name in explicit}
+        base = cls(**values)
         return replace(base, **overrides) if overrides else base
 
     def replace(self, **overrides) -> "ScorerThresholds":
@@ -136,6 +154,14 @@ def citation_coverage(
     return 0.0, "none"
 
 
+def evidence_score(relevance: float | None, thresholds: ScorerThresholds) -> float:
+    """How far the relevance clears the not_found threshold, 0..1 (0 without a relevance signal)."""
+    if relevance is None:
+        return 0.0
+    span = thresholds.evidence_span or 1.0
+    return min(1.0, max(0.0, (relevance - thresholds.not_found_min_similarity) / span))
+
+
 def compute_confidence(
     similarities: Sequence[float | None],
     coverage: float,
@@ -143,15 +169,22 @@ def compute_confidence(
     *,
     not_found: bool = False,
     signals: dict[str, float] | None = None,
+    relevance: float | None = None,
 ) -> Confidence:
-    """The composite confidence: pure, so the eval harness can recalibrate weights and tiers."""
+    """The composite confidence: pure, so the eval harness can recalibrate weights and tiers. ``relevance``
+    defaults to ``signals["relevance"]`` (the pre-gate's)."""
     r = retrieval_score(similarities, thresholds.retrieval_top_n)
-    score = thresholds.weight_retrieval * r + thresholds.weight_coverage * coverage
+    if relevance is None and signals and "relevance" in signals:
+        relevance = signals["relevance"]
+    e = evidence_score(relevance, thresholds)
+    score = thresholds.weight_retrieval * r + thresholds.weight_coverage * coverage + thresholds.weight_evidence * e
     all_signals = {
         "retrieval_score": r,
         "citation_coverage": coverage,
+        "evidence": e,
         "weight_retrieval": thresholds.weight_retrieval,
         "weight_coverage": thresholds.weight_coverage,
+        "weight_evidence": thresholds.weight_evidence,
     }
     all_signals.update(signals or {})
     return Confidence(

@@ -57,6 +57,7 @@ from services.scorer.support import (
     STOPWORDS,
     UNIT_WORDS,
     CorpusStats,
+    claim_body,
     SentenceEmbeddingCache,
     claim_support,
     content_words,
@@ -500,7 +501,7 @@ def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThreshol
     fulltext_top = bool(hits) and hits[0].fulltext_rank is not None and hits[0].fulltext_rank <= n
     # IDF-weighted question-term coverage of the best of the top hits: a rare question word no top section
     # holds ("EMTALA", "glyphosate") weighs most
-    idf_cov = max((idf_coverage(question, f"{h.heading}\n{h.text}", corpus_stats)
+    idf_cov = max((idf_coverage(question, "\n".join([h.heading, h.text, *h.editorial_notes]), corpus_stats)
                    for h in hits[: th.coverage_top_n]), default=0.0)
     score_margin = 0.0
     if len(hits) > 1 and hits[0].score:
@@ -904,7 +905,8 @@ def _remove_sentences(text: str, predicate) -> tuple[str, int]:
 
 
 def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
-              cache: SentenceEmbeddingCache | None = None, *, pre_not_found: bool = False) -> PostGateResult:
+              cache: SentenceEmbeddingCache | None = None, *, pre_not_found: bool = False,
+              corpus_stats: CorpusStats | None = None) -> PostGateResult:
     th = th or ScorerThresholds()
     flags: list[str] = []
     sections = [s for s in req.sections if s.status == "active"]
@@ -916,7 +918,9 @@ def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
     retrieved_parts = {(h.title, h.part) for h in list(req.retrieval.hits) + sections}
     default_title = sections[0].title if sections else (req.retrieval.hits[0].title if req.retrieval.hits else 21)
     similarities = [h.similarity for h in req.retrieval.hits]
-    signals: dict[str, float] = {}
+    pre_signals = compute_signals(req.question, req.retrieval, th, corpus_stats)
+    signals: dict[str, float] = {k: pre_signals[k] for k in ("relevance", "top1_similarity", "idf_coverage",
+                                                              "fulltext_top", "specific_subject")}
 
     def result(passed: bool, plain: str, legal: str, quotes: list[Quote], citations: list[Citation],
                coverage: float, refusal: Refusal | None = None, sentences=None) -> PostGateResult:
@@ -940,7 +944,20 @@ def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
         ))
 
     # 1. citations written in the text: coverage, then strip the ones not retrieved ----------------------
-    text_refs = [r.cfr_ref for r in find_cfr_refs(plain_text, default_title) + find_cfr_refs(legal_text, default_title)]
+    section_titles = list(dict.fromkeys(s.title for s in sections))
+
+    def resolve(r) -> str:
+        """A bare "§ 610.60" copied from a title-21 section means 21 CFR 610.60 even when the first section given
+        is in title 42: a reference without its title resolves to any given section's title that holds it."""
+        if r.cfr_ref in retrieved or re.search(r"C\.?\s?F\.?\s?R", r.raw, re.I):
+            return r.cfr_ref
+        for t in section_titles:
+            alt = f"{t} CFR {r.section}" if r.section else f"{t} CFR part {r.part}"
+            if alt in retrieved or _part_covered(alt, retrieved_parts):
+                return alt
+        return r.cfr_ref
+
+    text_refs = [resolve(r) for r in find_cfr_refs(plain_text, default_title) + find_cfr_refs(legal_text, default_title)]
     quotes_in: list[Quote] = []
     seen = set()
     for qt in list(req.plain.quotes) + list(req.legal.quotes):
@@ -997,7 +1014,7 @@ def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
         signals["citations_stripped"] = float(len(citations_in) - len(citations_out) + len(unretrieved))
         if unretrieved:
             def cites_unretrieved(sentence: str) -> bool:
-                return any(r.cfr_ref in unretrieved for r in find_cfr_refs(sentence, default_title))
+                return any(resolve(r) in unretrieved for r in find_cfr_refs(sentence, default_title))
 
             plain_text, _ = _remove_sentences(plain_text, cites_unretrieved)
             legal_text, _ = _remove_sentences(legal_text, cites_unretrieved)
@@ -1020,7 +1037,18 @@ def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
     unsupported: list[tuple[Figure, str, str]] = []  # figure, where, sentence
     uncited_source = False
     n_figs = 0
+    section_norms = [_quote_norm(f"{s.heading}\n{s.text}") for s in sections]
+
+    def copied(sentence: str) -> bool:
+        body = _quote_norm(claim_body(sentence)).strip(" .;:")
+        return len(body) >= 12 and any(body in n for n in section_norms)
+
     for where, text in (("plain answer", plain_text), ("legal answer", legal_text)):
+        # a sentence copied word for word from a given section states that section's figures, whatever its
+        # cut-off context makes of a number ("L. 89-642" without its "Pub.")
+        for sentence in split_sentences(text):
+            if copied(sentence):
+                text = text.replace(sentence, " " * len(sentence))
         for f in extract_figures(text, extra_refs=known_numbers):
             n_figs += 1
             if any(f.matches(c) for s in cited_sections for c in sec_figs[s.cfr_ref]):

@@ -43,7 +43,7 @@ class Scorer:
                         corpus_stats=self.corpus_stats)
 
     def post_sync(self, req: PostGateRequest) -> PostGateResult:
-        return post_gate(req, self.thresholds, self._support_cache())
+        return post_gate(req, self.thresholds, self._support_cache(), corpus_stats=self.corpus_stats)
 
     # the service API ----------------------------------------------------------------------------------
     async def pre(self, req: PreGateRequest) -> PreGateResult:

@@ -119,7 +119,9 @@ _ABBREV = re.compile(
 def split_sentences(text: str) -> list[str]:
     """Sentences of prose; a new line always ends a sentence; decimals, § numbers and abbreviations do not."""
     out: list[str] = []
-    for line in (text or "").split("\n"):
+    # a bracketed pinpoint ("... consumers. [21 CFR 201.320(a)(2)] This section ...") ends its sentence
+    text = re.sub(r"(\[(?:\d+\s*C\.?F\.?R\.?|§)[^\]\n]{0,80}\])[ \t]+(?=[\"'\u201c(]*[A-Z0-9§(])", "\\1\n", text or "")
+    for line in text.split("\n"):
         line = line.strip()
         if not line:
             continue
@@ -206,7 +208,9 @@ def _norm_for_verbatim(text: str) -> str:
 
 
 _PINPOINT = re.compile(r"\s*\[(?:\d+\s*C\.?F\.?R\.?|§)[^\]]{0,80}\]")
-_ATTRIBUTION = re.compile(r"^\s*(?:according to|under|per|as stated in)\b[^:]{0,400}?:\s*", re.I)
+_ATTRIBUTION = re.compile(
+    r"^\s*(?:(?:according to|under|per|as stated in)\b[^:]{0,400}?|[^:\"]{0,80}?\b(?:further\s+)?(?:provides|states|reads|says))"
+    r":\s*", re.I)
 
 
 def claim_body(sentence: str) -> str:
