@@ -872,8 +872,9 @@ async def bench_corpus(size: str, base: BaseCorpus, args, questions: list[str], 
                                                                     'fulltext_search')}), flush=True)
             if "search" in what:
                 result["search"] = search
-        finally:
+        except BaseException:
             await pool.close()
+            raise
         need_stack = ("search" in what and {"queue", "gateway"} & set(args.paths)) or \
             ("query" in what and size in args.query_sizes)
         if need_stack:
@@ -910,12 +911,17 @@ async def bench_corpus(size: str, base: BaseCorpus, args, questions: list[str], 
                             if "gateway" in args.paths:
                                 result["search"]["gateway"] = await run_path("gateway", gateway, questions, levels,
                                                                              args.requests, args.warmup)
+                            if args.paired and "search" in what:
+                                result["paired_c1"] = await paired(
+                                    {"inproc": inproc, "queue": queue, "gateway": gateway}, questions)
+                                print(f"[{size}] paired c=1: {json.dumps(result['paired_c1'])}", flush=True)
                         if "query" in what and size in args.query_sizes:
                             result["query"] = await bench_query(http, questions, args)
                 finally:
                     await bus.close()
             finally:
                 stop_services(stack)
+        await pool.close()
         if "search" in what:
             result["ratios_c1"] = ratios(result.get("search", {}))
     finally:
@@ -923,6 +929,28 @@ async def bench_corpus(size: str, base: BaseCorpus, args, questions: list[str], 
             await drop_database(args.source_url, name)
             result["dropped"] = True
     return result
+
+
+async def paired(calls: dict[str, Callable[[str], Awaitable[Any]]], questions: list[str]) -> dict[str, Any]:
+    """Concurrency 1, every question through every path back to back (the order rotating), so a change of the
+    machine's load hits all paths alike: p50 per path and the median of the per-question ratios to inproc."""
+    names = list(calls)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for i, q in enumerate(questions):
+        order = names[i % len(names):] + names[: i % len(names)]
+        for name in order:
+            started = time.perf_counter()
+            await calls[name](q)
+            samples[name].append((time.perf_counter() - started) * 1000)
+    out: dict[str, Any] = {"questions": len(questions), "load_average": load_average()}
+    for name in names:
+        out[f"{name}_p50_ms"] = round(statistics.median(samples[name]), 1)
+        if name != "inproc" and "inproc" in samples:
+            ratios_ = [a / b for a, b in zip(samples[name], samples["inproc"])]
+            added = [a - b for a, b in zip(samples[name], samples["inproc"])]
+            out[f"{name}_over_inproc_median_ratio"] = round(statistics.median(ratios_), 2)
+            out[f"{name}_added_median_ms"] = round(statistics.median(added), 1)
+    return out
 
 
 def ratios(search: dict[str, Any]) -> dict[str, Any]:
@@ -978,7 +1006,8 @@ def verdict(corpora: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for size, r in corpora.items():
         gateway = r.get("search", {}).get("gateway", {}).get("1", {}).get("p50_ms")
-        ratio = r.get("ratios_c1", {}).get("queue_over_inproc_p50")
+        ratio = r.get("paired_c1", {}).get("queue_over_inproc_median_ratio") or \
+            r.get("ratios_c1", {}).get("queue_over_inproc_p50")
         out[size] = {
             "gateway_search_p50_ms_c1": gateway,
             "gateway_search_p50_target_ms": SEARCH_TARGET_P50_MS,
@@ -998,6 +1027,8 @@ def plot(corpora: dict[str, Any], path: Path) -> Path | None:
     except ImportError:
         print("matplotlib is not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
         return None
+    if not any(r.get("search") or r.get("query") for r in corpora.values()):
+        return None  # nothing timed (``--what explain``)
     panels = [("inproc", "in-process Searcher.search"), ("queue", "BusClient → retriever (queue)"),
               ("gateway", "POST /v1/search (gateway + queue)")]
     has_query = any("query" in r for r in corpora.values())
@@ -1022,7 +1053,8 @@ def plot(corpora: dict[str, Any], path: Path) -> Path | None:
         ax.set_xlabel("concurrency")
         ax.set_ylabel("latency (ms)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     if has_query:
         ax = axes[0][-1]
         for n, (size, r) in enumerate(corpora.items()):
@@ -1037,7 +1069,8 @@ def plot(corpora: dict[str, Any], path: Path) -> Path | None:
         ax.set_xlabel("concurrency")
         ax.set_ylabel("latency (ms)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.suptitle(f"regs search/query latency — {os.cpu_count()} CPUs, load average {load_average()[0]} "
                  f"({time.strftime('%Y-%m-%d')})", fontsize=10)
     fig.tight_layout()
@@ -1066,6 +1099,8 @@ def parse_args(argv: list[str] | None = None, default_what: str = "search") -> a
     parser.add_argument("--query-concurrency", type=_csv(int), default=[1, 8])
     parser.add_argument("--query-requests", type=int, default=40)
     parser.add_argument("--no-explain", dest="explain", action="store_false")
+    parser.add_argument("--no-paired", dest="paired", action="store_false",
+                        help="skip the interleaved concurrency-1 comparison of the three paths")
     parser.add_argument("--noise", type=float, default=0.02, help="σ per dimension of the synthetic copies' noise")
     parser.add_argument("--source-url", default=default_source_url(),
                         help="the database holding the shipped corpus; our databases go on the same server")
@@ -1119,9 +1154,8 @@ def main(argv: list[str] | None = None, default_what: str | None = None) -> dict
     args = parse_args(argv, default_what)
     report = asyncio.run(run(args))
     write(report, args)
-    if plot(report["corpora"], args.plot):
-        report["plot"] = str(args.plot)
-    print(f"wrote {args.out} and {args.plot}")
+    plotted = plot(report["corpora"], args.plot)
+    print(f"wrote {args.out}" + (f" and {plotted}" if plotted else ""))
     if "targets" in report:
         print(json.dumps(report["targets"], indent=2))
     return report
