@@ -18,6 +18,7 @@ async def setup(settings: Settings):
     pool = await _postgres.open(settings, max_size=10)
     embedder = await asyncio.to_thread(get_embedder, settings)
     searcher = Searcher(pool, settings, embedder)
+    await searcher.catalog()  # before consuming: the first request should not pay for loading it
 
     async def handle(kind: str, request: RetrieveRequest, envelope: Envelope) -> RetrieveResult:
         try:
