@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from services.retriever.search import Searcher, SearchError
 from shared.bus import BadRequest
@@ -11,6 +12,7 @@ from shared.messages import Envelope, RetrieveRequest, RetrieveResult
 from shared.streams import RETRIEVE
 from shared.worker import PostgresPool, ServiceDefinition
 
+log = logging.getLogger(__name__)
 _postgres = PostgresPool()
 
 
@@ -18,7 +20,10 @@ async def setup(settings: Settings):
     pool = await _postgres.open(settings, max_size=10)
     embedder = await asyncio.to_thread(get_embedder, settings)
     searcher = Searcher(pool, settings, embedder)
-    await searcher.catalog()  # before consuming: the first request should not pay for loading it
+    try:
+        await searcher.catalog()  # before consuming: the first request should not pay for loading it
+    except SearchError as exc:
+        log.error("%s", exc)  # every search will answer with this error; the process stays up to say so
 
     async def handle(kind: str, request: RetrieveRequest, envelope: Envelope) -> RetrieveResult:
         try:
