@@ -329,7 +329,7 @@ def cross_validate(bench: Bench, th, folds: int, seed: int, max_false: float) ->
     for kind, ids in by_kind.items():
         for j, qid in enumerate(ids):
             fold_of[qid] = j % folds
-    grid = [round(0.30 + 0.01 * i, 2) for i in range(51)]
+    grid = [round(0.30 + 0.01 * i, 2) for i in range(41)]
     chosen = []
     oof = {}
     for k in range(folds):
@@ -350,6 +350,45 @@ def cross_validate(bench: Bench, th, folds: int, seed: int, max_false: float) ->
             oof[rec["id"]] = rec
     recs = [oof[r["id"]] for r in rows if r["id"] in oof]
     return {"folds": chosen, "summary": summarise(recs)}
+
+
+def _tier(score: float, high: float, medium: float) -> str:
+    return "high" if score >= high - 1e-12 else "medium" if score >= medium - 1e-12 else "low"
+
+
+def choose_tiers(recs: list[dict], grid=None, min_share: float = 0.1) -> tuple[float, float]:
+    """Tier cut-offs (multiples of 0.05) that order the answered questions by how often they are right: high >
+    medium > low, maximising the smaller of the two gaps, each tier holding at least ``min_share`` of them."""
+    grid = grid or [round(0.05 * i, 2) for i in range(4, 20)]
+    answered = [r for r in recs if r["status"] == "answered"]
+    best, best_gap = (grid[-1], grid[0]), -1.0
+    for high in grid:
+        for medium in [g for g in grid if g < high]:
+            groups = defaultdict(list)
+            for r in answered:
+                groups[_tier(r["confidence"], high, medium)].append(bool(r["correct"]))
+            if any(len(groups[t]) < min_share * len(answered) for t in ("high", "medium", "low")):
+                continue
+            acc = {t: sum(v) / len(v) for t, v in groups.items()}
+            gap = min(acc["high"] - acc["medium"], acc["medium"] - acc["low"])
+            if gap > best_gap:
+                best, best_gap = (high, medium), gap
+    return best
+
+
+def cross_validate_tiers(recs: list[dict], rows: list[dict], folds: int, seed: int) -> dict:
+    """k-fold: tier cut-offs chosen on k-1 folds, applied to the held-out fold's confidence scores."""
+    order = [r["id"] for r in rows]
+    random.Random(seed + 1).shuffle(order)
+    fold_of = {qid: i % folds for i, qid in enumerate(order)}
+    out, chosen = [], []
+    for k in range(folds):
+        high, medium = choose_tiers([r for r in recs if fold_of[r["id"]] != k])
+        chosen.append({"fold": k, "tier_high": high, "tier_medium": medium})
+        for r in recs:
+            if fold_of[r["id"]] == k:
+                out.append({**r, "tier": r["tier"] if r["tier"] == "not_found" else _tier(r["confidence"], high, medium)})
+    return {"folds": chosen, "calibration": M.calibration_table(out)}
 
 
 def support_agreement(recs: list[dict]) -> dict:
@@ -391,9 +430,14 @@ def evaluate(rows: list[dict], cache: Path, *, folds: int = 5, seed: int = 7, ma
     _print_summary(f"{folds}-fold cross-validated not_found relevance (weights+threshold refit per fold)",
                    cv["summary"])
     print("per-fold choices:", cv["folds"])
+    tiers = cross_validate_tiers(recs, rows, folds, seed)
+    print("tiers chosen per fold:", tiers["folds"])
+    print("cross-validated calibration: " + ", ".join(f"{t} n={v['n']} correct={v['correct_share']:.2f}"
+                                                      for t, v in sorted(tiers["calibration"].items())))
     agreement = support_agreement(recs)
     print("claim support vs evaluation:", agreement)
-    return {"defaults": th.as_dict(), "in_sample": in_sample, "cross_validated": cv, "support_agreement": agreement,
+    return {"defaults": th.as_dict(), "in_sample": in_sample, "cross_validated": cv, "tiers_cv": tiers,
+            "support_agreement": agreement,
             "rows": [{k: v for k, v in r.items() if k not in ("sentences",)} for r in recs]}
 
 

@@ -484,3 +484,20 @@ def test_a_conflict_still_needs_the_same_terms_in_both_clauses():
     question, retrieval = case_retrieval("conflicting_pasteurized")
     res = pre_gate(question, retrieval, ScorerThresholds(conflict_min_term_share=0.6))
     assert res.refusal is not None and res.refusal.reason == "conflicting"
+
+
+@pytest.mark.parametrize("name", ["extractive_bare_refs_other_title", "extractive_copied_sentence_cut_figures"])
+def test_extractive_answer_copied_from_the_sections_passes(scorer, name):
+    """An extractive answer is copied word for word: a bare "§ 610.60" in a title-21 section's sentence is 21 CFR
+    610.60 even when the first section is in title 42, and a copied sentence states its section's figures."""
+    from services.scorer.gates import post_gate
+
+    case = json.loads((DATA / "scorer_calibration_cases.json").read_text())["post_cases"][name]
+    req = PostGateRequest(question=case["question"], retrieval=RetrieveResult.model_validate(case["retrieval"]),
+                          sections=[Hit.model_validate(s) for s in case["sections"]],
+                          plain=GenerateResult.model_validate(case["plain"]),
+                          legal=GenerateResult.model_validate(case["legal"]))
+    res = post_gate(req, ScorerThresholds(), scorer._support_cache())
+    assert res.passed, res.refusal
+    assert all(s.supported for s in res.sentences)
+    assert all(q.verified for q in res.quotes)
