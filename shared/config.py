@@ -79,12 +79,15 @@ class Settings(BaseSettings):
     hnsw_ef_search: int = Field(100, description="pgvector hnsw.ef_search for dense search.")
 
     # --- confidence / gates --------------------------------------------------------------------
-    confidence_weight_retrieval: float = Field(0.35, description="Weight of retrieval_score in the composite.")
-    confidence_weight_coverage: float = Field(0.65, description="Weight of citation_coverage in the composite.")
-    tier_high: float = Field(0.75, description="Composite score at or above which the tier is high.")
-    tier_medium: float = Field(0.50, description="Composite score at or above which the tier is medium.")
+    # defaults calibrated on the evaluation set (eval/README.md "Calibration"); composite =
+    # w_r·retrieval + w_c·coverage + 0.50·evidence (ScorerThresholds.weight_evidence), evidence from the pre-gate relevance
+    confidence_weight_retrieval: float = Field(0.20, description="Weight of retrieval_score (mean top-3 cosine).")
+    confidence_weight_coverage: float = Field(0.30, description="Weight of citation_coverage in the composite.")
+    tier_high: float = Field(0.85, description="Composite score at or above which the tier is high.")
+    tier_medium: float = Field(0.60, description="Composite score at or above which the tier is medium.")
     not_found_min_similarity: float = Field(
-        0.30, description="Top-1 cosine below which (without other support) nothing relevant was retrieved."
+        0.50, description="Relevance (top-1 cosine adjusted by term coverage and full-text agreement) below "
+                          "which nothing relevant was retrieved: refuse as not_found."
     )
 
     # --- bus -----------------------------------------------------------------------------------
