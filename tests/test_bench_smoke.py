@@ -111,6 +111,8 @@ async def test_bench_search_smoke(migrated, tmp_path):
 
         queued = await bs.run_path("queue", queue, questions, [1, 2], requests=4, warmup=1)
         assert queued["2"]["errors"] == 0
+        pair = await bs.paired({"inproc": inproc, "queue": queue}, questions[:2])
+        assert pair["questions"] == 2 and "queue_over_inproc_median_ratio" in pair
         corpora = {"smoke": {"sections": 30, "search": {"inproc": levels, "queue": queued},
                              "ratios_c1": bs.ratios({"inproc": levels, "queue": queued})}}
         assert "queue_over_inproc_p50" in corpora["smoke"]["ratios_c1"]
