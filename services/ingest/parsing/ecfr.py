@@ -17,7 +17,7 @@ from lxml import etree
 from shared.corpus import ParsedSection
 
 from .agency import agency_from_heading, known_chapter
-from .text import Body, clean_heading, inline, is_removed, is_reserved, prepare, render
+from .text import Body, cached_heading, clean_heading, inline, is_removed, is_reserved, prepare, render
 
 UNIT_TAGS = ("DIV8", "DIV9")
 _SECTION_PREFIX = re.compile(r"^§+\s*\S+\s*")
@@ -38,34 +38,24 @@ def metadata(el: etree._Element) -> dict:
     return {}
 
 
-def _head(el: etree._Element) -> str:
-    cached = el.get("_h")
-    if cached is not None:
-        return cached
-    head = el.find("HEAD")
-    text = inline(head) if head is not None else ""
-    el.set("_h", text)
-    return text
-
-
 def context(ancestors: list[etree._Element]) -> dict:
     ctx: dict = {"subject_group": None, "subpart": None, "part_heading": None, "part": None, "subchapter": None,
                  "chapter": None, "chapter_heading": None, "title": None, "meta": None}
     for anc in ancestors:
         kind = anc.get("TYPE")
         if kind == "SUBJGRP" and ctx["subject_group"] is None:
-            ctx["subject_group"] = _head(anc) or None
+            ctx["subject_group"] = cached_heading(anc, "HEAD") or None
         elif kind == "SUBPART" and ctx["subpart"] is None:
-            ctx["subpart"] = re.sub(r"^Subpart\s+", "", _head(anc), flags=re.I) or None
+            ctx["subpart"] = re.sub(r"^Subpart\s+", "", cached_heading(anc, "HEAD"), flags=re.I) or None
         elif kind == "PART":
-            ctx["part_heading"] = _head(anc) or None
+            ctx["part_heading"] = cached_heading(anc, "HEAD") or None
             ctx["part"] = anc.get("N")
             ctx["meta"] = metadata(anc)
         elif kind == "SUBCHAP":
-            ctx["subchapter"] = re.sub(r"^SUBCHAPTER\s+", "", _head(anc), flags=re.I) or None
+            ctx["subchapter"] = re.sub(r"^SUBCHAPTER\s+", "", cached_heading(anc, "HEAD"), flags=re.I) or None
         elif kind == "CHAPTER":
             ctx["chapter"] = anc.get("N")
-            ctx["chapter_heading"] = _head(anc)
+            ctx["chapter_heading"] = cached_heading(anc, "HEAD")
         elif kind == "TITLE":
             n = anc.get("N") or ""
             ctx["title"] = int(n) if n.isdigit() else None
@@ -86,7 +76,7 @@ def build(el: etree._Element, ancestors: list[etree._Element], doc: dict, source
     ctx = context(ancestors)
     meta = metadata(el)
     title = ctx["title"] or doc.get("title") or _title_from(meta, source) or _title_from(ctx["meta"], source)
-    head = _head(el)
+    head = cached_heading(el, "HEAD")
     if el.tag == "DIV8":
         kind = "section"
         section = el.get("N") or ""

@@ -21,7 +21,7 @@ from lxml import etree
 from shared.corpus import ParsedSection
 
 from .agency import agency_from_heading
-from .text import Body, clean_heading, inline, is_removed, is_reserved, norm, prepare, render
+from .text import Body, cached_heading, clean_heading, inline, is_removed, is_reserved, norm, prepare, render
 
 UNIT_TAGS = ("SECTION", "APPENDIX")
 AUX_TAGS = ("FDSYS", "CONTENTS")
@@ -40,32 +40,22 @@ def read_fdsys(el: etree._Element) -> dict:
     }
 
 
-def _first_hd(el: etree._Element) -> str:
-    cached = el.get("_h")
-    if cached is not None:
-        return cached
-    hd = el.find("HD")
-    text = inline(hd) if hd is not None else ""
-    el.set("_h", text)
-    return text
-
-
 def context(ancestors: list[etree._Element]) -> dict:
     ctx: dict = {"subject_group": None, "subpart": None, "part_heading": None, "part": None, "subchapter": None}
     for anc in ancestors:
         tag = anc.tag
         if tag == "SUBJGRP" and ctx["subject_group"] is None:
-            ctx["subject_group"] = _first_hd(anc) or None
+            ctx["subject_group"] = cached_heading(anc, "HD") or None
         elif tag == "SUBPART" and ctx["subpart"] is None:
-            hd = _first_hd(anc)
+            hd = cached_heading(anc, "HD")
             ctx["subpart"] = re.sub(r"^Subpart\s+", "", hd, flags=re.I) or None
         elif tag == "PART":
-            hd = _first_hd(anc)
+            hd = cached_heading(anc, "HD")
             ctx["part_heading"] = hd or None
             m = _PART_NO.match(hd)
             ctx["part"] = m.group(1) if m else None
         elif tag == "SUBCHAP":
-            hd = _first_hd(anc)
+            hd = cached_heading(anc, "HD")
             ctx["subchapter"] = re.sub(r"^SUBCHAPTER\s+", "", hd, flags=re.I) or None
     return ctx
 

@@ -45,6 +45,18 @@ def inline(el: etree._Element) -> str:
 
 # ---------------------------------------------------------------------------------------------- designations
 
+
+def cached_heading(el: etree._Element, tag: str) -> str:
+    """The inline text of an element's first ``tag`` child, cached on the element: the heading of an open
+    ancestor must survive the clearing of its already-processed children."""
+    cached = el.get("_h")
+    if cached is not None:
+        return cached
+    head = el.find(tag)
+    text = inline(head) if head is not None else ""
+    el.set("_h", text)
+    return text
+
 def _roman(n: int) -> str:
     out = ""
     for value, digits in ((50, "l"), (40, "xl"), (10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i")):
