@@ -9,14 +9,13 @@ from shared import db
 from shared.config import Settings
 from shared.messages import Envelope, PostGateRequest, PreGateRequest
 from shared.streams import SCORE
-from shared.worker import ServiceDefinition
+from shared.worker import PostgresPool, ServiceDefinition
 
-_state: dict = {}
+_postgres = PostgresPool()
 
 
 async def setup(settings: Settings):
-    pool = await db.create_pool(settings.database_url, max_size=2)
-    _state["pool"] = pool
+    pool = await _postgres.open(settings, max_size=2)
     scorer = Scorer(settings, corpus_titles=(await db.active_titles(pool)) or None,
                     corpus_stats=await load_corpus_stats(pool))
     await asyncio.to_thread(scorer._support_cache)  # load the embedder before traffic
@@ -42,14 +41,4 @@ async def setup(settings: Settings):
     return handle
 
 
-async def ready() -> dict:
-    await _state["pool"].fetchval("SELECT 1")
-    return {"postgres": "ok"}
-
-
-async def teardown() -> None:
-    if "pool" in _state:
-        await _state["pool"].close()
-
-
-SERVICE = ServiceDefinition("scorer", SCORE, setup, ready, teardown)
+SERVICE = ServiceDefinition("scorer", SCORE, setup, _postgres.ready, _postgres.close)
