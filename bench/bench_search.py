@@ -322,7 +322,7 @@ async def build_corpus(base: BaseCorpus, admin_url: str, name: str, n_sections: 
     try:
         indexes = await conn.fetch(
             "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.schemaname = 'public' AND i.tablename IN "
-            "('sections', 'section_windows') AND NOT EXISTS (SELECT 1 FROM pg_constraint c "
+            "('sections', 'section_windows', 'section_lexemes') AND NOT EXISTS (SELECT 1 FROM pg_constraint c "
             "WHERE c.conname = i.indexname)")
         for r in indexes:
             await conn.execute(f'DROP INDEX "{r["indexname"]}"')
@@ -352,8 +352,12 @@ async def build_corpus(base: BaseCorpus, admin_url: str, name: str, n_sections: 
             if copies > 1:
                 print(f"  copy {k + 1}/{copies}: {sections_total} sections, {windows_total} windows "
                       f"({time.perf_counter() - started:.0f} s)", flush=True)
-        await conn.execute("RESET session_replication_role")
         timings["copy_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        for version_id in range(1, next_version):  # the full-text postings, as ingest writes them at activation
+            await db.index_lexemes(conn, version_id)
+        timings["lexeme_postings_s"] = time.perf_counter() - started
+        await conn.execute("RESET session_replication_role")
         await conn.execute("SELECT setval('sections_id_seq', $1)", next_id)
         await conn.execute("SELECT setval('corpus_versions_version_id_seq', $1)", next_version)
         await conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
@@ -368,6 +372,7 @@ async def build_corpus(base: BaseCorpus, admin_url: str, name: str, n_sections: 
         await conn.execute("VACUUM ANALYZE sections")
         await conn.execute("VACUUM ANALYZE section_windows")
         await conn.execute("VACUUM ANALYZE corpus_versions")
+        await conn.execute("VACUUM ANALYZE section_lexemes")
         timings["vacuum_analyze_s"] = time.perf_counter() - started
         size = await conn.fetchval("SELECT pg_database_size(current_database())")
     finally:

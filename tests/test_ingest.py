@@ -359,6 +359,14 @@ async def test_differential_refresh_embeds_only_changed_and_added(scratch, embed
     assert CHANGED_SENTENCE not in old_1313
     assert await pool.fetchval("SELECT status FROM sections WHERE version_id = $1 AND section = '406.52'",
                                v1) == "superseded"
+    # the full-text postings follow the active version: every lexeme of every active section, none of v1's
+    assert await pool.fetchval("SELECT count(*) FROM section_lexemes WHERE version_id = $1", v1) == 0
+    assert await pool.fetchval("SELECT count(*) FROM section_lexemes WHERE version_id = $1", v2) == \
+        await pool.fetchval("SELECT sum(length(tsv)) FROM sections WHERE version_id = $1", v2) > 0
+    lexemes = await db.question_lexemes(pool, CHANGED_SENTENCE)
+    found = await db.fulltext_search(pool, lexemes, [1.0] * len(lexemes), 3)
+    assert found and await pool.fetchval("SELECT section FROM sections WHERE id = $1",
+                                         found[0]["section_id"]) == "406.13"
     await assert_nothing_staged(pool)
 
 

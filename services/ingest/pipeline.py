@@ -598,7 +598,9 @@ class IngestPipeline:
                                    "title = $2 AND version_id = $1", old, title)
                 await conn.execute("UPDATE corpus_versions SET status = 'superseded', superseded_at = now() "
                                    "WHERE version_id = $1", old)
+                await conn.execute("DELETE FROM section_lexemes WHERE version_id = $1", old)
             await conn.execute("UPDATE sections SET status = 'active' WHERE version_id = $1", version_id)
+            await db.index_lexemes(conn, version_id)
             await conn.execute("UPDATE section_windows SET status = 'active' WHERE status = 'staged' AND title = $2 "
                                "AND version_id = $1", version_id, title)
             await conn.execute("UPDATE corpus_versions SET status = 'active', activated_at = now() "
