@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from eval.harness import load_dataset
 from eval.metrics import gold_ranks, mean, ranked_refs, retrieval_scores
-from services.retriever.search import Searcher
+from services.retriever.search import FusionWeights, Searcher
 from shared.config import Settings
 from shared.db import create_pool
 from shared.messages import RetrieveRequest
@@ -34,7 +34,9 @@ async def run(args: argparse.Namespace) -> dict:
     settings = settings.model_copy(update={"database_url": dsn})
     pool = await create_pool(dsn, min_size=1, max_size=4)
     try:
-        searcher = Searcher(pool, settings)
+        weights = FusionWeights(**{k: type(getattr(FusionWeights, k))(v) for k, v in
+                                   (kv.split("=") for kv in args.weights.split(",") if kv)}) if args.weights else None
+        searcher = Searcher(pool, settings, weights=weights)
         items = load_dataset(args.dataset, kinds=args.kinds.split(",") if args.kinds else None)
         by_kind: dict[str, list[dict]] = defaultdict(list)
         misses = []
@@ -63,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default=None)
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--kinds")
+    parser.add_argument("--weights", help="FusionWeights overrides, e.g. subject=0.06,fulltext=0.4")
     parser.add_argument("--misses", action="store_true", help="print the questions whose gold is not ranked first")
     parser.add_argument("--json", help="write the table and misses here")
     args = parser.parse_args(argv)

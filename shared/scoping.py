@@ -61,6 +61,15 @@ class CatalogEntry:
     reserved: bool = False
 
 
+# function words: never part of what a heading names
+_FUNCTION = set("""
+a an and are as at be by can do does for from has have how i if in is it its me my of on or our shall should so
+than that the their them there these they this to under was we were what when where which who why will with you
+your any all must may also not no yes cfr section sections part parts title subpart
+""".split())
+_CONJUNCTION = re.compile(r"\b(?:and|or)\b|[,;]")
+
+
 @dataclass
 class Catalog:
     """The active sections' citation metadata, what scoping resolves against."""
@@ -70,10 +79,14 @@ class Catalog:
     by_section: dict[str, list[CatalogEntry]] = field(default_factory=lambda: defaultdict(list))
     parts: dict[tuple[int, str], list[CatalogEntry]] = field(default_factory=lambda: defaultdict(list))
     titles: set[int] = field(default_factory=set)
+    # per section: its heading's words, as the alternatives the heading joins with and/or/commas
+    # ("Swiss and emmentaler cheese" -> [{swiss}, {emmentaler, cheese}])
+    heading_segments: dict[str, list[set[str]]] = field(default_factory=dict)
     heading_tokens: dict[str, set[str]] = field(default_factory=dict)
-    token_df: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     token_index: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     bigram_index: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    part_token_df: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
+    part_size: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
 
     def __post_init__(self) -> None:
         for entry in self.entries:
@@ -83,20 +96,50 @@ class Catalog:
             self.titles.add(entry.title)
             if entry.reserved or entry.kind != "section":
                 continue
-            words = {t for t in tokens(entry.heading) if t not in _STOP and len(t) > 1 and not t.isdigit()}
+            segments = [{t for t in tokens(chunk) if t not in _FUNCTION and len(t) > 1 and not t.isdigit()}
+                        for chunk in _CONJUNCTION.split(entry.heading)]
+            segments = [seg for seg in segments if seg]
+            words = set().union(*segments) if segments else set()
+            self.heading_segments[entry.cfr_ref] = segments
             self.heading_tokens[entry.cfr_ref] = words
+            key = (entry.title, entry.part)
+            self.part_size[key] += 1
+            df = self.part_token_df.setdefault(key, defaultdict(int))
             for word in words:
-                self.token_df[word] += 1
-                self.token_index[word].add(entry.cfr_ref)
-            ordered = [t for t in tokens(entry.heading) if t not in _STOP and len(t) > 1]
+                df[word] += 1
+                if word not in _STOP:
+                    self.token_index[word].add(entry.cfr_ref)
+            ordered = [t for t in tokens(entry.heading) if t not in _FUNCTION and len(t) > 1]
             for pair in _bigrams(ordered):
                 self.bigram_index[pair].add(entry.cfr_ref)
 
     def phrase_index(self, probe: str) -> set[str]:
         return self.bigram_index.get(probe, set()) if " " in probe else self.token_index.get(probe, set())
 
-    def idf(self, word: str) -> float:
-        return math.log(1 + len(self.heading_tokens) / (1 + self.token_df.get(word, 0)))
+    def family_weight(self, ref: str, word: str) -> float:
+        """How much a heading word tells a section from its siblings in the part: ~0 for a word every heading of
+        the part has ("cheese" in part 133), highest for a word only this heading has ("gruyere")."""
+        entry = self.by_ref[ref]
+        key = (entry.title, entry.part)
+        return math.log((self.part_size[key] + 1) / self.part_token_df[key].get(word, 1))
+
+    def heading_coverage(self, ref: str, present: set[str]) -> tuple[float, float]:
+        """(share, weight) of the heading the question names: the best of the heading's alternatives, each
+        weighted by family weight, so "swiss cheese" names "Swiss and emmentaler cheese" in full but "Swiss
+        cheese for manufacturing" only in part. The weight (matched family weight) prefers the longer of two
+        fully named headings ("Pasteurized process cheese food" over "Pasteurized process cheese")."""
+        best = (0.0, 0.0)
+        words = self.heading_tokens.get(ref, set())
+        segments = self.heading_segments.get(ref, [])
+        # a short alternative ("emmentaler" beside "swiss") may go unnamed; a longer part of the heading may not
+        kept = set().union(*(seg for seg in segments if len(seg) > ALTERNATIVE_MAX_WORDS)) if segments else set()
+        for segment in segments:
+            named = segment | kept | (words & present)
+            total = sum(self.family_weight(ref, t) for t in named)
+            matched = sum(self.family_weight(ref, t) for t in named & present)
+            share = matched / total if total > 0 else 0.0
+            best = max(best, (round(share, 6), matched))
+        return best
 
 
 # a subject word must be rarer than this across headings to single a section out on its own
@@ -105,6 +148,7 @@ MIN_HEADING_COVERAGE = 0.5
 MAX_SUBJECT_SECTIONS = 8
 SPECIFIC_MAX_DF = 2  # "gruyere", "eggnog": a name, not a topic
 SPECIFIC_MIN_COVERAGE = 0.7
+ALTERNATIVE_MAX_WORDS = 2  # "Parmesan and reggiano cheese": a name beside another name
 
 
 def _bigrams(words: list[str]) -> list[str]:
@@ -113,14 +157,15 @@ def _bigrams(words: list[str]) -> list[str]:
 
 def _match_subjects(question_tokens: list[str], catalog: Catalog) -> list[SubjectMatch]:
     """Sections whose heading the question names: a heading word or word pair that is rare across headings
-    ("gouda", "eggnog", "cream cheese") and most of the heading's other words present too. Every heading that
-    qualifies is kept (up to a cap): telling "Earwax removal active ingredient" from "Labeling of earwax removal
-    aids" is the search's job; telling eggnog from egg yolk is the subject's."""
+    ("gouda", "eggnog", "cheese food") and the rest of one of the heading's alternatives named too, words every
+    sibling heading shares counting for little. Every heading that qualifies is kept (up to a cap): telling
+    "Earwax removal active ingredient" from "Labeling of earwax removal aids" is the search's job; telling
+    eggnog from egg yolk is the subject's."""
     present = set(question_tokens)
-    content = [t for t in question_tokens if t not in _STOP and len(t) > 1]
     probes = [(w, {w}) for w in present if w not in _STOP and len(w) >= 3 and not w.isdigit()]
-    probes += [(pair, set(pair.split())) for pair in _bigrams(content)]
-    candidates: dict[str, float] = {}
+    probes += [(pair, set(pair.split()))
+               for pair in _bigrams([t for t in question_tokens if t not in _FUNCTION and len(t) > 1])]
+    candidates: dict[str, tuple[float, float]] = {}
     matched_words: dict[str, set[str]] = {}
     rarest: dict[str, int] = {}
     for probe, words in probes:
@@ -128,25 +173,27 @@ def _match_subjects(question_tokens: list[str], catalog: Catalog) -> list[Subjec
         if not 0 < len(refs) <= MAX_SUBJECT_DF:
             continue
         for ref in refs:
-            heading = catalog.heading_tokens[ref]
-            covered = heading & present
-            total = sum(catalog.idf(t) for t in heading) or 1.0
-            coverage = sum(catalog.idf(t) for t in covered) / total
-            if coverage >= MIN_HEADING_COVERAGE:
-                candidates[ref] = max(coverage, candidates.get(ref, 0.0))
-                matched_words.setdefault(ref, set()).update(words & heading)
+            coverage = catalog.heading_coverage(ref, present)
+            if coverage[0] >= MIN_HEADING_COVERAGE:
+                candidates[ref] = max(coverage, candidates.get(ref, (0.0, 0.0)))
+                matched_words.setdefault(ref, set()).update(catalog.heading_tokens[ref] & present)
                 rarest[ref] = min(len(refs), rarest.get(ref, len(refs)))
     if not candidates:
         return []
-    chosen = sorted(candidates, key=lambda r: (-candidates[r], section_sort_key(catalog.by_ref[r].section)))
+    chosen = sorted(candidates, key=lambda r: (-candidates[r][0], -candidates[r][1],
+                                               section_sort_key(catalog.by_ref[r].section)))
     chosen = chosen[:MAX_SUBJECT_SECTIONS]
-    grouped: dict[str, list[str]] = defaultdict(list)
+    top_weight = max(candidates[r][1] for r in chosen) or 1.0
+    grouped: dict[tuple[str, bool], list[str]] = defaultdict(list)
     for ref in chosen:
-        grouped[" ".join(sorted(matched_words[ref]))].append(ref)
-    return [SubjectMatch(term=term, cfr_refs=refs, coverage=[round(candidates[r], 3) for r in refs],
-                         specific=all(rarest[r] <= SPECIFIC_MAX_DF and candidates[r] >= SPECIFIC_MIN_COVERAGE
-                                      for r in refs))
-            for term, refs in grouped.items()]
+        specific = rarest[ref] <= SPECIFIC_MAX_DF and candidates[ref][0] >= SPECIFIC_MIN_COVERAGE
+        grouped[(" ".join(sorted(matched_words[ref])), specific)].append(ref)
+    # coverage as reported: the share of the heading named, a little less for a heading that names less of the
+    # question than the best one does (the tie-break between two headings named in full)
+    return [SubjectMatch(term=term, cfr_refs=refs, specific=specific,
+                         coverage=[round(candidates[r][0] * (1 - 0.15 * (1 - candidates[r][1] / top_weight)), 3)
+                                   for r in refs])
+            for (term, specific), refs in grouped.items()]
 
 
 def scope_question(question: str, catalog: Catalog) -> Scope:
