@@ -109,9 +109,33 @@ class Searcher:
             return result
         scope = scope_question(question, catalog) if use_scoping else Scope()
         result.scope = scope
-        vector = (await asyncio.to_thread(self.embedder.embed_queries, [question]))[0].astype(np.float32)
-        dim = len(vector)
         w = self.weights
+        # the query embedding (both cores, outside the event loop), the full-text query and the two dense
+        # queries run concurrently, each dense/full-text query on its own connection (its own server process)
+        embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed_queries, [question]))
+
+        async def fulltext_rows() -> list:
+            if mode not in ("hybrid", "fulltext"):
+                return []
+            async with self.pool.acquire() as c:
+                lexemes, idfs = self._weighted_lexemes(await db.question_lexemes(c, question))
+                return await db.fulltext_search(c, lexemes, idfs, w.candidates) if lexemes else []
+
+        async def dense(search, limit: int) -> list:
+            vector = (await embedding)[0].astype(np.float32)
+            async with self.pool.acquire() as c:
+                return await search(c, vector, model, len(vector), limit, self.settings.hnsw_ef_search)
+
+        use_dense = mode in ("hybrid", "dense")
+        try:
+            window_rows, section_rows, text_rows = await asyncio.gather(
+                dense(db.dense_window_search, w.dense_windows) if use_dense else _nothing(),
+                dense(db.dense_section_search, w.candidates) if use_dense and w.dense_section else _nothing(),
+                fulltext_rows(),
+            )
+        finally:
+            vector = (await embedding)[0].astype(np.float32)
+        dim = len(vector)
         scores: dict[int, float] = {}
         dense_rank: dict[int, int] = {}
         fulltext_rank: dict[int, int] = {}
@@ -124,28 +148,19 @@ class Searcher:
             if how not in matched[section_id]:
                 matched[section_id].append(how)
 
+        rows = window_rows[: w.candidates]
+        for rank, row in enumerate(rows, start=1):
+            dense_rank[row["section_id"]] = rank
+            similarity[row["section_id"]] = float(row["similarity"])
+            add(row["section_id"], w.dense * self._fused(rank, row["similarity"], rows, "similarity"), "dense")
+        for rank, row in enumerate(section_rows, start=1):
+            add(row["section_id"], w.dense_section * self._fused(rank, row["similarity"], section_rows, "similarity"),
+                "dense")
+        for rank, row in enumerate(text_rows, start=1):
+            fulltext_rank[row["section_id"]] = rank
+            add(row["section_id"], w.fulltext * self._fused(rank, row["rank"], text_rows, "rank"), "fulltext")
+
         async with self.pool.acquire() as conn:
-            if mode in ("hybrid", "dense"):
-                rows = await db.dense_window_search(conn, vector, model, dim, w.dense_windows,
-                                                    self.settings.hnsw_ef_search)
-                rows = rows[: w.candidates]
-                for rank, row in enumerate(rows, start=1):
-                    dense_rank[row["section_id"]] = rank
-                    similarity[row["section_id"]] = float(row["similarity"])
-                    add(row["section_id"], w.dense * self._fused(rank, row["similarity"], rows, "similarity"), "dense")
-                if w.dense_section:
-                    rows = await db.dense_section_search(conn, vector, model, dim, w.candidates,
-                                                         self.settings.hnsw_ef_search)
-                    for rank, row in enumerate(rows, start=1):
-                        add(row["section_id"], w.dense_section * self._fused(rank, row["similarity"], rows, "similarity"),
-                            "dense")
-            if mode in ("hybrid", "fulltext"):
-                lexemes, idfs = self._weighted_lexemes(await db.question_lexemes(conn, question))
-                if lexemes:
-                    rows = await db.fulltext_search(conn, lexemes, idfs, w.candidates)
-                    for rank, row in enumerate(rows, start=1):
-                        fulltext_rank[row["section_id"]] = rank
-                        add(row["section_id"], w.fulltext * self._fused(rank, row["rank"], rows, "rank"), "fulltext")
             if use_scoping:
                 cited_refs = [f"{c.title} CFR {c.section}" for c in scope.citations if c.section]
                 subject_refs = [r for s in scope.subjects for r in s.cfr_refs]
@@ -230,6 +245,10 @@ class Searcher:
         informative = [x for x in scored if x[2] <= self.weights.max_lexeme_share]
         chosen = informative or scored
         return [x[0] for x in chosen], [x[1] for x in chosen]
+
+
+async def _nothing() -> list:
+    return []
 
 
 def _hit(row, score: float, similarity: float | None, rank: int, dense_rank: int | None, fulltext_rank: int | None,
