@@ -76,7 +76,7 @@ class Settings(BaseSettings):
     top_k: int = Field(10, description="Sections returned per search.")
     retrieval_mode: Literal["hybrid", "dense", "fulltext"] = Field("hybrid", description="Default search mode.")
     scoping: bool = Field(True, description="Scope the question (citations, titles, subjects) before searching.")
-    hnsw_ef_search: int = Field(100, description="pgvector hnsw.ef_search for dense search.")
+    hnsw_ef_search: int = Field(200, description="pgvector hnsw.ef_search for dense search.")
 
     # --- confidence / gates --------------------------------------------------------------------
     # defaults calibrated on the evaluation set (eval/README.md "Calibration"); composite =

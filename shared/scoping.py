@@ -46,8 +46,13 @@ def _stem(word: str) -> str:
     return word
 
 
+# "Schedule I" names a section; its numeral alone is a pronoun or a letter
+_SCHEDULE = re.compile(r"\bschedules?\s+(i{1,3}|iv|v)\b(?!['\u2019])")
+
+
 def tokens(text: str) -> list[str]:
-    return [_stem(t) for t in re.findall(r"[a-z0-9&]+(?:'[a-z]+)?", text.lower())]
+    text = _SCHEDULE.sub(lambda m: "schedule" + m.group(1), text.lower())
+    return [_stem(t) for t in re.findall(r"[a-z0-9&]+(?:'[a-z]+)?", text)]
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,9 @@ a an and are as at be by can do does for from has have how i if in is it its me 
 than that the their them there these they this to under was we were what when where which who why will with you
 your any all must may also not no yes cfr section sections part parts title subpart
 """.split())
+# a heading word users leave out, implied by the word they do say: the OTC monographs' "active ingredients"
+# are what a user calls the product's "ingredients"
+_IMPLIED = {"active": "ingredient"}
 _CONJUNCTION = re.compile(r"\b(?:and|or)\b|[,;]")
 
 
@@ -130,6 +138,7 @@ class Catalog:
         fully named headings ("Pasteurized process cheese food" over "Pasteurized process cheese")."""
         best = (0.0, 0.0)
         words = self.heading_tokens.get(ref, set())
+        present = present | {implied for implied, by in _IMPLIED.items() if by in present}
         segments = self.heading_segments.get(ref, [])
         # a short alternative ("emmentaler" beside "swiss") may go unnamed; a longer part of the heading may not
         kept = set().union(*(seg for seg in segments if len(seg) > ALTERNATIVE_MAX_WORDS)) if segments else set()
@@ -145,6 +154,8 @@ class Catalog:
 # a subject word must be rarer than this across headings to single a section out on its own
 MAX_SUBJECT_DF = 6
 MIN_HEADING_COVERAGE = 0.5
+MAX_COMMON_SUBJECT_DF = 12
+COMMON_MIN_COVERAGE = 0.99
 MAX_SUBJECT_SECTIONS = 8
 SPECIFIC_MAX_DF = 2  # "gruyere", "eggnog": a name, not a topic
 SPECIFIC_MIN_COVERAGE = 0.7
@@ -170,11 +181,13 @@ def _match_subjects(question_tokens: list[str], catalog: Catalog) -> list[Subjec
     rarest: dict[str, int] = {}
     for probe, words in probes:
         refs = catalog.phrase_index(probe)
-        if not 0 < len(refs) <= MAX_SUBJECT_DF:
+        if not 0 < len(refs) <= MAX_COMMON_SUBJECT_DF:
             continue
+        # a commoner word names a section only when it is the whole heading: "Schedule I" names "Schedule I."
+        needed = MIN_HEADING_COVERAGE if len(refs) <= MAX_SUBJECT_DF else COMMON_MIN_COVERAGE
         for ref in refs:
             coverage = catalog.heading_coverage(ref, present)
-            if coverage[0] >= MIN_HEADING_COVERAGE:
+            if coverage[0] >= needed:
                 candidates[ref] = max(coverage, candidates.get(ref, (0.0, 0.0)))
                 matched_words.setdefault(ref, set()).update(catalog.heading_tokens[ref] & present)
                 rarest[ref] = min(len(refs), rarest.get(ref, len(refs)))
