@@ -72,6 +72,54 @@ def test_scope_names_the_sibling_the_question_is_about():
     assert "21 CFR 131.170" in [r for s in eggnog.subjects for r in s.cfr_refs]
 
 
+def _family_catalog() -> Catalog:
+    """Real sibling headings of parts 133, 336 and 1308, where the family words ("cheese") name nothing."""
+    rows = [
+        ("133", "133.195", "Swiss and emmentaler cheese"), ("133", "133.196", "Swiss cheese for manufacturing"),
+        ("133", "133.165", "Parmesan and reggiano cheese"), ("133", "133.149", "Gruyere cheese"),
+        ("133", "133.169", "Pasteurized process cheese"),
+        ("133", "133.170", "Pasteurized process cheese with fruits, vegetables, or meats"),
+        ("133", "133.173", "Pasteurized process cheese food"),
+        ("133", "133.174", "Pasteurized process cheese food with fruits, vegetables, or meats"),
+        ("133", "133.124", "Cold-pack cheese food"), ("133", "133.113", "Cheddar cheese"),
+        ("133", "133.142", "Gouda cheese"), ("133", "133.155", "Mozzarella cheese and scamorza cheese"),
+        ("133", "133.156", "Low-moisture mozzarella and scamorza cheese"),
+        ("336", "336.10", "Antiemetic active ingredients"), ("336", "336.50", "Labeling of antiemetic drug products"),
+        ("336", "336.80", "Professional labeling"), ("336", "336.1", "Scope"),
+        ("1308", "1308.11", "Schedule I"), ("1308", "1308.12", "Schedule II"), ("1308", "1308.15", "Schedule V"),
+        ("1308", "1308.49", "Temporary scheduling"),
+    ]
+    return Catalog([CatalogEntry(f"21 CFR {s}", 21, p, s, h) for p, s, h in rows])
+
+
+@pytest.mark.parametrize("question, first, others", [
+    # the general standard, named in full by one of its alternative names, before the narrower one
+    ("How old does Swiss cheese have to be, and how much fat?", "21 CFR 133.195", {"21 CFR 133.196"}),
+    ("Max moisture allowed in parmesan?", "21 CFR 133.165", set()),
+    ("What's the minimum age for gruyere?", "21 CFR 133.149", set()),
+    # the longest heading named in full ("food" included), not the shorter one it contains
+    ("Pasteurized process cheese food: moisture and fat limits?", "21 CFR 133.173", {"21 CFR 133.174"}),
+    ("What moisture range does regular mozzarella have to fall in?", "21 CFR 133.155", {"21 CFR 133.156"}),
+    # "ingredients" names the OTC "active ingredients" section
+    ("Which ingredients are allowed in OTC motion sickness (antiemetic) products?", "21 CFR 336.10",
+     {"21 CFR 336.50"}),
+    ("Is psilocybin still Schedule I?", "21 CFR 1308.11", set()),
+])
+def test_scope_ranks_the_sibling_the_question_names_in_full_first(question, first, others):
+    scope = scope_question(question, _family_catalog())
+    ranked = sorted(((c, r) for s in scope.subjects for r, c in zip(s.cfr_refs, s.coverage)), reverse=True)
+    assert ranked and ranked[0][1] == first, scope.subjects
+    coverage = {r: c for c, r in ranked}
+    assert all(coverage.get(r, 0.0) < coverage[first] for r in others), scope.subjects
+    assert "21 CFR 1308.12" not in {r for _, r in ranked}  # "Schedule I" is not "Schedule II"
+
+
+def test_scope_specific_only_for_a_full_name():
+    scope = scope_question("How old does Swiss cheese have to be?", _family_catalog())
+    specific = {r for s in scope.subjects if s.specific for r in s.cfr_refs}
+    assert specific == {"21 CFR 133.195"}
+
+
 # ------------------------------------------------------------------------------------------------
 # against the real store
 # ------------------------------------------------------------------------------------------------
