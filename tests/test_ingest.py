@@ -328,6 +328,23 @@ async def test_unchanged_reingest_embeds_nothing_and_force_reuses_embeddings(scr
     await assert_nothing_staged(pool)
 
 
+async def test_new_window_settings_re_embed_every_section(scratch, embedder):
+    pool = scratch["pool"]
+    await first_ingest(scratch, embedder)
+    assert await pool.fetchval("SELECT embedding_recipe FROM corpus_versions") == "windows 150/120/24"
+    recut = {**scratch, "settings": scratch["settings"].model_copy(update={"embedding_window_stride": 150})}
+    # a parts-filtered run would carry sections cut the old way into the new version: refused, clearly
+    partial = await pipeline(recut, Counting(embedder)).run(IngestRequest(source=str(FILE_407), title=42,
+                                                                          parts=["407"]))
+    assert partial["state"] == "failed" and "whole title" in partial["error"], partial
+    counting = Counting(embedder)
+    record = await pipeline(recut, counting).run(IngestRequest(source=str(FILE_406), title=42))
+    assert record["state"] == "succeeded", record
+    assert record["counts"]["embedded"] == N_406 and record["counts"]["reused"] == 0
+    assert await pool.fetchval("SELECT embedding_recipe FROM corpus_versions WHERE status = 'active'") == \
+        "windows 150/150/24"
+
+
 # ------------------------------------------------------------------------------------------------
 # 3. differential refresh
 # ------------------------------------------------------------------------------------------------

@@ -378,9 +378,10 @@ class IngestPipeline:
     async def _ingest_title(self, title: int, parsed: list[ParsedSection], request: IngestRequest, run_id: str,
                             report, scope: set[str] | None) -> TitleOutcome:
         model = self.embedder.model_name
+        recipe = self._embedding_recipe()
         active = await self.pool.fetch(
             f"SELECT s.id, s.cfr_ref, s.part, s.content_hash, s.embedding_model, s.part_heading, s.subpart, "
-            f"s.subject_group FROM sections s "
+            f"s.subject_group, v.embedding_recipe FROM sections s JOIN corpus_versions v USING (version_id) "
             f"WHERE {db.active_rows('s')} AND s.title = $1", title,
         )
         active_by_ref = {r["cfr_ref"]: r for r in active}
@@ -388,6 +389,9 @@ class IngestPipeline:
         # sections of parts outside the run's scope carry forward unchanged
         carried = [r for r in active if scope is not None and r["part"] not in scope and r["cfr_ref"] not in incoming]
         in_scope_active = [r for r in active if scope is None or r["part"] in scope]
+        if any(r["embedding_recipe"] != recipe for r in carried):
+            raise IngestError(f"title {title}: the embedding windows are now cut as '{recipe}', not as the active "
+                              f"version's: ingest the whole title (no parts filter) so every section is re-embedded")
         counts = {"added": 0, "changed": 0, "removed": 0, "unchanged": 0, "embedded": 0, "reused": 0,
                   "carried": len(carried)}
         reuse: dict[str, int] = {}
@@ -398,6 +402,7 @@ class IngestPipeline:
                 counts["added"] += 1
                 to_embed.append(section)
             elif (old["content_hash"] == section.content_hash and old["embedding_model"] == model
+                  and old["embedding_recipe"] == recipe
                   # the hierarchy is part of every embedded window (the breadcrumb): a move re-embeds
                   and (old["part_heading"], old["subpart"], old["subject_group"])
                   == (section.part_heading, section.subpart, section.subject_group)):
@@ -413,9 +418,9 @@ class IngestPipeline:
                                 message=f"title {title}: unchanged ({counts['unchanged']} sections), no new version")
         await self._discard_stale_staged(title)  # we hold the title lock: any staged version is a dead run's
         version_id = await self.pool.fetchval(
-            "INSERT INTO corpus_versions (title, status, source, source_date, embedding_model, embedding_dim, run_id)"
-            " VALUES ($1, 'staged', $2, $3, $4, $5, $6) RETURNING version_id",
-            title, request.source, _latest_date(parsed), model, self.embedder.dim, run_id,
+            "INSERT INTO corpus_versions (title, status, source, source_date, embedding_model, embedding_dim, run_id,"
+            " embedding_recipe) VALUES ($1, 'staged', $2, $3, $4, $5, $6, $7) RETURNING version_id",
+            title, request.source, _latest_date(parsed), model, self.embedder.dim, run_id, recipe,
         )
         try:
             embedded = await self._embed(to_embed, title, report)
@@ -575,6 +580,10 @@ class IngestPipeline:
             if not any(t["section_id"] == row["id"] for t in top):
                 misses.append(row["cfr_ref"])
         return {"tried": len(sample), "hits": len(sample) - len(misses), "misses": misses}
+
+    def _embedding_recipe(self) -> str:
+        st = self.settings
+        return f"windows {st.embedding_window_words}/{st.embedding_window_stride}/{st.embedding_max_windows}"
 
     def _windows_for(self, section: ParsedSection) -> list[str]:
         return section_windows(
