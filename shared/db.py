@@ -210,8 +210,7 @@ async def dense_window_search(
     index; iterative scans keep returning rows when the active filter removes candidates.
     """
     async with conn.transaction():
-        await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
-        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}; SET LOCAL hnsw.iterative_scan = relaxed_order")
         return await conn.fetch(
             f"""
             WITH nearest AS MATERIALIZED (
@@ -295,11 +294,10 @@ async def dense_section_search(
 ) -> list[asyncpg.Record]:
     """Sections by the cosine of their whole-section embedding (the mean of their windows)."""
     async with conn.transaction():
-        await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
-        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        # on a small table the planner prefers a seq scan + sort of every section (15 ms at 3,824) to the index
-        # (1 ms): the table has no other ordered path for this query, so rule the scan out
-        await conn.execute("SET LOCAL enable_seqscan = off")
+        # on a small table the planner prefers a scan + sort of every section (15-20 ms at 3,824, more as
+        # ef_search grows) to the index (1-3 ms): only the HNSW index yields this order, so rule the others out
+        await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}; SET LOCAL hnsw.iterative_scan = relaxed_order;"
+                           " SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off")
         return await conn.fetch(
             f"""
             SELECT s.id AS section_id, 1 - (s.embedding::vector({dim}) <=> $1::vector({dim})) AS similarity
