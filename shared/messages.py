@@ -88,6 +88,15 @@ class SubjectMatch(BaseModel):
     specific: bool = False  # named by a word (pair) found in at most two headings: the question is about it
 
 
+class ProgramRef(BaseModel):
+    """A program, agency rule or law the question names, with the CFR part that governs it."""
+    name: str
+    title: int
+    parts: list[str] = Field(default_factory=list)  # empty: the whole title
+    said: str  # the words of the question that named it
+    held: bool  # whether the corpus holds (one of) those parts
+
+
 class Scope(BaseModel):
     citations: list[CitationRef] = Field(default_factory=list)
     missing_citations: list[CitationRef] = Field(default_factory=list)
@@ -96,6 +105,7 @@ class Scope(BaseModel):
     subjects: list[SubjectMatch] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)  # human-readable account of what scoping did
     unsupported_titles: list[int] = Field(default_factory=list)  # titles named that the corpus does not hold
+    programs: list[ProgramRef] = Field(default_factory=list)  # programs named, held or not (scoping.PROGRAM_HOMES)
 
 
 class ParagraphSpan(BaseModel):

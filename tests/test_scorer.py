@@ -242,6 +242,37 @@ def test_not_found_for_a_missing_citation_and_an_unheld_title():
     assert res.refusal.reason == "not_found" and "title 40" in res.refusal.message
 
 
+def test_not_found_for_a_program_whose_part_the_corpus_does_not_hold():
+    from shared.scoping import Catalog, CatalogEntry, scope_question
+
+    catalog = Catalog([CatalogEntry("42 CFR 407.47", 42, "407", "407.47", "Late enrollment penalty"),
+                       CatalogEntry("7 CFR 272.1", 7, "272", "272.1", "General terms and conditions"),
+                       CatalogEntry("42 CFR 406.12", 42, "406", "406.12", "Individuals under age 65")])
+
+    def pre(question: str, top: str, similarity: float = 0.62):
+        scope = scope_question(question, catalog)
+        title, _, section = top.split()
+        hit = make_hit("21 CFR 133.142", similarity, 1, cfr_ref=top, title=int(title), part=section.split(".")[0],
+                       section=section, heading=catalog.by_ref[top].heading)
+        return pre_gate(question, RetrieveResult(scope=scope, hits=[hit], mode="hybrid", top_k=10,
+                                                 embedding_model="m"), corpus_titles=[7, 42])
+
+    def not_for_a_program(res) -> bool:
+        return res.refusal is None or "which this corpus does not hold" not in res.refusal.message
+
+    # a near miss: the Part B penalty section is close in meaning, but the question is about Part D
+    res = pre("What is the Medicare Part D late enrollment penalty?", "42 CFR 407.47")
+    assert not res.proceed and res.refusal.reason == "not_found"
+    assert "Medicare Part D" in res.refusal.message and "42 CFR part 423" in res.refusal.message
+    assert res.refusal.evidence[0].cfr_ref == "42 CFR part 423"
+    # SNAP eligibility limits live in 7 CFR 273, not in the SNAP parts held
+    res = pre("What's the SNAP gross monthly income limit for a household of four?", "7 CFR 272.1")
+    assert res.refusal is not None and "7 CFR part 273" in res.refusal.message
+    # the held, general program is not refused; nor is an unheld one named beside a held one
+    assert not_for_a_program(pre("How does Medicare Part B enrollment work?", "42 CFR 406.12"))
+    assert not_for_a_program(pre("I get social security disability: when does my Medicare start?", "42 CFR 406.12"))
+
+
 def test_a_cited_existing_section_is_never_not_found():
     cited = CitationRef(raw="21 CFR 133.142", title=21, part="133", section="133.142", exists=True)
     retrieval = RetrieveResult(scope=Scope(citations=[cited]), hits=[make_hit("21 CFR 133.142", 0.12, 1)],

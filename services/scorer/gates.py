@@ -603,6 +603,24 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             signals,
         )
 
+    # 2b. a program whose rules live in parts the corpus does not hold -------------------------------------
+    # (unless the question also names a program that is held or cites a held section: then the held text may
+    # well answer it). A heading-named section does not count: "late enrollment penalty" names the Part B
+    # section, which is exactly the near miss for a Part D question.
+    unheld = [p for p in scope.programs if not p.held]
+    if unheld and not cited_existing and not any(p.held for p in scope.programs):
+        homes = [f"{p.title} CFR" + (f" part {p.parts[0]}" if len(p.parts) == 1 else
+                                     f" parts {', '.join(p.parts)}" if p.parts else "") for p in unheld]
+        what = _join([f"{p.name}, governed by {home}" for p, home in zip(unheld, homes)])
+        return _refuse(
+            "not_found",
+            f"The question is about {what}, which this corpus does not hold, so no regulation here answers it "
+            f"(searched {_searched_titles(retrieval, corpus_titles)}).",
+            [Evidence(cfr_ref=home, detail=f"named in the question as “{p.said}”; not in the corpus")
+             for p, home in zip(unheld, homes)],
+            signals,
+        )
+
     best_active = max(hits, key=_sim) if hits else None
     best_active_sim = _sim(best_active) if best_active else 0.0
 
