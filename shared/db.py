@@ -256,6 +256,22 @@ async def index_lexemes(conn: asyncpg.Connection, version_id: int) -> int:
     return int(status.split()[-1])
 
 
+async def absent_phrases(conn: asyncpg.Connection | asyncpg.Pool, phrases: list[str]) -> list[str]:
+    """The phrases no active section contains (as a phrase of its tsvector: same words, same order)."""
+    if not phrases:
+        return []
+    rows = await conn.fetch(
+        f"""
+        SELECT p FROM unnest($1::text[]) AS p
+        WHERE numnode(phraseto_tsquery('english', p)) > 0
+          AND NOT EXISTS (SELECT 1 FROM sections s WHERE {active_rows('s')}
+                          AND s.tsv @@ phraseto_tsquery('english', p))
+        """,
+        phrases,
+    )
+    return [r["p"] for r in rows]
+
+
 async def fulltext_search(
     conn: asyncpg.Connection | asyncpg.Pool, lexemes: list[str], weights: list[float], limit: int,
     postings_per_lexeme: int = 5000,

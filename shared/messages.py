@@ -106,6 +106,8 @@ class Scope(BaseModel):
     notes: list[str] = Field(default_factory=list)  # human-readable account of what scoping did
     unsupported_titles: list[int] = Field(default_factory=list)  # titles named that the corpus does not hold
     programs: list[ProgramRef] = Field(default_factory=list)  # programs named, held or not (scoping.PROGRAM_HOMES)
+    names: list[str] = Field(default_factory=list)  # proper names and acronyms the question uses
+    absent_names: list[str] = Field(default_factory=list)  # ... that no active section contains (retriever)
 
 
 class ParagraphSpan(BaseModel):

@@ -183,6 +183,29 @@ def _named_programs(question: str, catalog: "Catalog") -> list[ProgramRef]:
     return found
 
 
+_ROMAN = re.compile(r"^(?:I{1,3}|IV|V|VI{1,3}|IX|X)$")
+_CAPITALISED = r"(?:[A-Z][a-z]+|[A-Z]{2,}|\d+)"
+
+
+def question_names(question: str) -> list[str]:
+    """Proper names and acronyms the question uses: runs of two or more capitalised words not opening the
+    sentence ("Medicare Savings Programs", "Rural Development"), and acronyms of three or more capitals
+    ("QMB", "HCBS"). Whether the corpus mentions them is the retriever's to check."""
+    names: list[str] = []
+    for sentence in re.split(r"(?<=[.?!])\s+", question):
+        words = sentence.split()
+        rest = " ".join(words[1:])  # the sentence's first word is capitalised anyway
+        for match in re.finditer(rf"\b{_CAPITALISED}(?:\s+(?:of|and|for|the)?\s*{_CAPITALISED})+\b", rest):
+            phrase = match.group(0)
+            if sum(1 for w in phrase.split() if w[:1].isupper()) >= 2 and not any(_ROMAN.match(w)
+                                                                                   for w in phrase.split()):
+                names.append(phrase)
+        for match in re.finditer(r"\b[A-Z][A-Z&]{2,}\b", sentence):
+            if not _ROMAN.match(match.group(0)) and not any(match.group(0) in n for n in names):
+                names.append(match.group(0))
+    return list(dict.fromkeys(names))
+
+
 # function words: never part of what a heading names
 _FUNCTION = set("""
 a an and are as at be by can do does for from has have how i if in is it its me my of on or our shall should so
@@ -368,6 +391,7 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
         ):
             scope.titles.append(title)
     scope.programs = _named_programs(question, catalog)
+    scope.names = question_names(question)
     cited_refs = {f"{c.title} CFR {c.section}" for c in scope.citations if c.section}
     question_tokens = tokens(re.sub(r"§+\s*[\d.a-z()]+", " ", question))
     for subject in _match_subjects(question_tokens, catalog):

@@ -225,3 +225,20 @@ async def test_hnsw_returns_as_many_rows_as_asked_under_the_active_filter(search
         assert len(rows) >= 0.9 * sections
     finally:
         await conn.close()
+
+
+def test_question_names_are_proper_names_and_acronyms():
+    from shared.scoping import question_names
+
+    assert question_names("What are the income limits for the Medicare Savings Programs like QMB?") == [
+        "Medicare Savings Programs", "QMB"]
+    assert question_names("Is alprazolam (Xanax) a Schedule IV drug?") == []  # a numeral is not a name
+    assert question_names("How do I ask the Office of National Drug Control Policy for its records?") == [
+        "Office of National Drug Control Policy"]
+
+
+async def test_names_no_active_section_mentions_are_reported(searcher):
+    result = await searcher.search(RetrieveRequest(question="What does HIPAA say about Social Security benefits?"))
+    assert sorted(result.scope.names) == ["HIPAA", "Social Security"]
+    assert result.scope.absent_names == ["HIPAA"]
+    assert any("HIPAA" in note for note in result.scope.notes)

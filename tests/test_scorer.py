@@ -16,6 +16,7 @@ from shared.messages import (
     Hit,
     PostGateRequest,
     PreGateRequest,
+    ProgramRef,
     Quote,
     RetrieveResult,
     Scope,
@@ -271,6 +272,22 @@ def test_not_found_for_a_program_whose_part_the_corpus_does_not_hold():
     # the held, general program is not refused; nor is an unheld one named beside a held one
     assert not_for_a_program(pre("How does Medicare Part B enrollment work?", "42 CFR 406.12"))
     assert not_for_a_program(pre("I get social security disability: when does my Medicare start?", "42 CFR 406.12"))
+
+
+def test_not_found_names_a_name_no_section_mentions():
+    hit = make_hit("21 CFR 133.142", 0.66, 1)
+    scope = Scope(names=["Medicare Savings Programs"], absent_names=["Medicare Savings Programs"])
+    res = pre_gate("What are the income limits for the Medicare Savings Programs?",
+                   RetrieveResult(scope=scope, hits=[hit], mode="hybrid", top_k=10, embedding_model="m"),
+                   corpus_titles=[21])
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "No section of this corpus mentions “Medicare Savings Programs”" in res.refusal.message
+    # a held program named beside it may still be answered from the held text ("Peace Corps" + Medicare)
+    held = ProgramRef(name="Medicare", title=42, parts=["406"], said="Medicare", held=True)
+    scope = Scope(names=["Peace Corps"], absent_names=["Peace Corps"], programs=[held])
+    res = pre_gate("I was a Peace Corps volunteer: when can I enroll in Medicare?",
+                   RetrieveResult(scope=scope, hits=[hit], mode="hybrid", top_k=10, embedding_model="m"))
+    assert res.refusal is None or "mentions" not in res.refusal.message
 
 
 def test_a_cited_existing_section_is_never_not_found():

@@ -162,6 +162,9 @@ class Searcher:
 
         async with self.pool.acquire() as conn:
             if use_scoping:
+                scope.absent_names = await db.absent_phrases(conn, scope.names)
+                if scope.absent_names:
+                    scope.notes.append("not mentioned anywhere in this corpus: " + ", ".join(scope.absent_names))
                 cited_refs = [f"{c.title} CFR {c.section}" for c in scope.citations if c.section]
                 subject_refs = [r for s in scope.subjects for r in s.cfr_refs]
                 ids = await db.active_ids_for_refs(conn, cited_refs + subject_refs)

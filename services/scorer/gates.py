@@ -621,6 +621,20 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             signals,
         )
 
+    # 2c. a name the question turns on that no section of the corpus mentions ---------------------------
+    if (scope.absent_names and not cited_existing and not any(p.held for p in scope.programs)
+            and not signals["specific_subject"]):
+        names = _join([f"“{n}”" for n in scope.absent_names])
+        return _refuse(
+            "not_found",
+            f"No section of this corpus mentions {names}, so no regulation here addresses "
+            f"{_short_question(question)} (searched {_searched_titles(retrieval, corpus_titles)}).",
+            [Evidence(cfr_ref="(none)", detail=f"“{n}”: in no active section of titles "
+                                                  f"{_join([str(t) for t in (corpus_titles or [])]) or 'held'}")
+             for n in scope.absent_names],
+            signals,
+        )
+
     best_active = max(hits, key=_sim) if hits else None
     best_active_sim = _sim(best_active) if best_active else 0.0
 
