@@ -43,7 +43,9 @@ class FusionWeights:
     cited_part: float = 0.004  # a section of a cited part
     title_hint: float = 0.002  # a section of a hinted title
     candidates: int = 60  # sections taken from each list before fusion
-    dense_windows: int = 240  # windows read from the HNSW index
+    # windows read from the HNSW index: at most hnsw.ef_search (200), what one pass of the index returns; more
+    # starts an iterative scan (85k sections: 2 ms for 200 windows, 7 ms for 240), for no gain on the eval set
+    dense_windows: int = 200
     max_lexeme_share: float = 0.25  # a lexeme in more than this share of sections does not select candidates
 
 
