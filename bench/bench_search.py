@@ -718,7 +718,7 @@ async def explain_retrieval(pool, settings, embedder, searcher, questions: list[
         entry["sql"] = " ".join(sql.split())
         entry.update(await prepared_plans(conn, sql, sql_args, {}))
         entry["executed"] = await executed_plans(
-            conn, lambda c: db.fulltext_search(c, lexemes, idfs, w.candidates), "ts_rank")
+            conn, lambda c: db.fulltext_search(c, lexemes, idfs, w.candidates), "FROM section_lexemes")
         out["fulltext_search"] = entry
         # recall of the HNSW window list (as issued) against an exact scan, and the full-text candidate counts
         overlaps, exact_ms, hnsw_ms, matches = [], [], [], []
