@@ -87,7 +87,9 @@ PROGRAM_HOMES: tuple[tuple[str, str, int, tuple[str, ...], str], ...] = (
      r"\bsnap\b|food stamps?|supplemental nutrition assistance"),
     ("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food"),
     ("tefap", "The Emergency Food Assistance Program", 7, ("251",), r"\btefap\b|emergency food assistance program"),
-    ("organic", "the National Organic Program", 7, ("205",), r"\borganic\b"),
+    ("organic", "the National Organic Program", 7, ("205",),
+     r"usda organic|national organic|made with organic|organic (?:seal|labels?|labeling|certif\w*|ingredients?|"
+     r"products?|foods?|farm\w*)|(?:labeled|label it|sold as|certified) organic"),
     ("crop-insurance", "federal crop insurance", 7, ("400", "457"), r"crop insurance"),
     ("farm-loans", "Farm Service Agency farm loans", 7, ("761", "762", "764", "765"),
      r"farm service agency|\bfsa\b (?:farm )?loans?|farm (?:ownership|operating) loans?"),
@@ -115,7 +117,9 @@ PROGRAM_HOMES: tuple[tuple[str, str, int, tuple[str, ...], str], ...] = (
      r"510\s*\(k\)|premarket (?:notification|approval)|quality system (?:regulation|requirements)|medical device "
      r"report|device[- ]related death|class (?:i|ii|iii|1|2|3) (?:medical )?device"),
     ("mammography", "mammography facility standards (MQSA)", 21, ("900",), r"mammograph|\bmqsa\b"),
-    ("tobacco", "tobacco products", 21, ("1100", "1140", "1141", "1143"), r"cigarett|\bvap(?:e|es|ing)\b|tobacco"),
+    ("tobacco", "tobacco products", 21, ("1100", "1140", "1141", "1143"),
+     r"cigarette (?:packages?|packs?|warnings?|labels?|sales|advertising)|menthol|e-cigarettes?|"
+     r"\bvap(?:e|es|ing)\b|tobacco"),
     ("dea", "DEA controlled substance rules", 21, ("1300", "1301", "1304", "1306", "1308"),
      r"\bdea\b|controlled substances?|schedule (?:i|ii|iii|iv|v)\b"),
     # --- title 42 (CMS): Medicare and Medicaid parts held here and parts not
@@ -138,21 +142,22 @@ PROGRAM_HOMES: tuple[tuple[str, str, int, tuple[str, ...], str], ...] = (
      r"expansion (?:group|adults?)|adult group|medicaid expansion"),
     ("medicaid", "Medicaid managed care", 42, ("438",), r"managed care"),
     ("medicaid", "CHIP (the Children's Health Insurance Program)", 42, ("457",),
-     r"\bchip\b|children's health insurance"),
+     r"(?-i:\bCHIP\b)|children's health insurance"),
     ("medicaid", "Medicaid", 42, ("436", "447"), r"\bmedicaid\b"),
     # --- other titles: agencies and laws people name
     ("osha", "OSHA workplace safety and health standards", 29, ("1910", "1926"),
      r"\bosha\b|occupational safety and health|lockout|tagout|forklift|noise exposure"),
     ("fmla", "the Family and Medical Leave Act", 29, ("825",), r"\bfmla\b|family and medical leave"),
     ("flsa", "the Fair Labor Standards Act", 29, ("541", "778"), r"\bflsa\b|fair labor standards|overtime"),
-    ("irs", "federal tax rules (IRS)", 26, (), r"\birs\b|internal revenue|section 179|\bira\b|required minimum "
+    ("irs", "federal tax rules (IRS)", 26, (), r"\birs\b|internal revenue|section 179|(?-i:\bIRA\b)|required minimum "
      r"distribution|business meals"),
     ("ssa", "Social Security benefits", 20, ("404", "416"),
      r"social security (?:disability|benefits|retirement)|\bssdi\b|\bssi\b|supplemental security income"),
     ("faa", "FAA aviation rules", 14, (), r"\bfaa\b|\bdrones?\b|remote pilot|airline pilots?|aircraft"),
     ("dot", "DOT motor carrier and hazardous materials rules", 49, ("171", "395"),
      r"hours of service|truck drivers?|commercial driver|hazardous materials? (?:shipping|transport)|\bhazmat\b"),
-    ("epa", "EPA environmental rules", 40, (), r"\bepa\b|pesticide|lead-safe|renovation, repair"),
+    ("epa", "EPA environmental rules", 40, (), r"\bepa\b|\bfifra\b|pesticide (?:tolerances?|residue tolerances?|"
+     r"registration)|lead-safe|renovation, repair"),
     ("ftc", "FTC trade regulation rules", 16, (), r"\bftc\b|made in usa|federal trade commission"),
     ("ttb", "TTB alcohol beverage labeling", 27, (), r"\bttb\b|wine labels?|beer labels?|distilled spirits"),
     ("hipaa", "the HIPAA privacy and security rules", 45, ("160", "164"),
@@ -160,7 +165,7 @@ PROGRAM_HOMES: tuple[tuple[str, str, int, tuple[str, ...], str], ...] = (
     ("aca", "the ACA health insurance marketplace", 45, ("155", "156"),
      r"health insurance marketplace|affordable care act|obamacare|premium tax credit"),
     ("i-9", "employment eligibility verification (Form I-9)", 8, ("274a",), r"\bi-9\b"),
-    ("ada", "the Americans with Disabilities Act", 28, ("35", "36"), r"\bada\b|americans with disabilities"),
+    ("ada", "the Americans with Disabilities Act", 28, ("35", "36"), r"(?-i:\bADA\b)|americans with disabilities"),
     ("education", "student privacy and education rules (FERPA, Title IX)", 34, ("99", "106"),
      r"\bferpa\b|title ix"),
     ("finance", "consumer credit and securities rules", 12, ("1026",),

@@ -242,3 +242,22 @@ async def test_names_no_active_section_mentions_are_reported(searcher):
     assert sorted(result.scope.names) == ["HIPAA", "Social Security"]
     assert result.scope.absent_names == ["HIPAA"]
     assert any("HIPAA" in note for note in result.scope.notes)
+
+
+@pytest.mark.parametrize("question, programs", [
+    ("What's the SNAP gross monthly income limit for a household of four?",
+     ["SNAP household eligibility (income and resource limits, students, work rules)"]),
+    ("Can a SNAP retailer be fined instead of disqualified?", ["SNAP"]),
+    ("What is the Medicare Part D late enrollment penalty?", ["Medicare Part D (prescription drug coverage)"]),
+    ("Is my kid eligible for CHIP?", ["CHIP (the Children's Health Insurance Program)"]),
+    # words that only look like a program name
+    ("Can potato chips be labeled low fat?", []),
+    ("What organic solvents may remain in a drug product?", []),
+    ("Which OTC smoking deterrent ingredients were found not effective for quitting cigarettes?", []),
+])
+def test_scope_names_the_program_a_question_is_about(question, programs):
+    catalog = Catalog([CatalogEntry("7 CFR 278.6", 7, "278", "278.6", "Disqualification of retail food stores"),
+                       CatalogEntry("42 CFR 407.47", 42, "407", "407.47", "Enrollment penalty")])
+    scope = scope_question(question, catalog)
+    assert [p.name for p in scope.programs] == programs
+    assert all(p.held == (p.name == "SNAP") for p in scope.programs)
