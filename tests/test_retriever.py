@@ -182,6 +182,41 @@ async def test_searching_with_another_embedding_model_is_a_clear_error(settings,
         await pool.close()
 
 
+async def test_a_changed_corpus_is_picked_up_in_the_background_while_the_old_catalog_serves(settings, corpus,
+                                                                                             monkeypatch):
+    import asyncio
+
+    from services.retriever.search import Searcher
+
+    pool = await db.create_pool(settings.database_url, max_size=2)
+    try:
+        searcher = Searcher(pool, settings)
+        first = await searcher.catalog()
+        release = asyncio.Event()
+        real_rows = db.catalog_rows
+
+        async def slow_rows(conn):
+            await release.wait()  # a slow rebuild, as at 85,000 sections
+            rows = await real_rows(conn)
+            return rows[: len(rows) // 2]
+
+        monkeypatch.setattr(db, "catalog_rows", slow_rows)
+        monkeypatch.setattr(db, "active_signature", lambda conn: _signature_changed())
+        searcher._checked_at = 0.0
+        assert await asyncio.wait_for(searcher.catalog(), 1.0) is first  # no stall: the old one serves
+        result = await asyncio.wait_for(searcher.search(RetrieveRequest(question="minimum milkfat for gouda?")), 10)
+        assert result.hits  # searches go on meanwhile
+        release.set()
+        await asyncio.wait_for(searcher._reloading, 10)
+        assert len((await searcher.catalog()).entries) == len(first.entries) // 2
+    finally:
+        await pool.close()
+
+
+async def _signature_changed():
+    return ("changed",)
+
+
 async def test_dense_query_plan_uses_the_partial_hnsw_index_even_as_a_prepared_statement(searcher, settings):
     """pgvector traps: a parameterised model name would not match the partial index; a generic plan of a
     prepared statement must still use it. Checked with EXPLAIN through asyncpg."""

@@ -63,6 +63,8 @@ class Searcher:
         self._title_part: dict[int, tuple[int, str]] = {}
         self._doc_count = 0
         self._lexeme_df: dict[str, int] = {}
+        self._reloading: asyncio.Task | None = None
+        self._load_error: SearchError | None = None
 
     @property
     def embedder(self) -> Embedder:
@@ -71,26 +73,49 @@ class Searcher:
         return self._embedder
 
     async def catalog(self) -> Catalog:
-        """The active sections' metadata, reloaded when the active corpus versions change."""
+        """The active sections' metadata. Loaded once before the first search; when the active corpus versions
+        change (an ingest swapped one in) a new one is built in the background while the current one keeps
+        serving — at 85,000 sections a build takes ~5 s, which used to stall the requests that noticed it."""
+        if self._catalog is None:
+            async with self._lock:
+                if self._catalog is None:
+                    await self._load(await db.active_signature(self.pool))
+            self._checked_at = time.monotonic()
+        if self._load_error is not None:
+            raise self._load_error
         now = time.monotonic()
-        if self._catalog is not None and now - self._checked_at < 2.0:
-            return self._catalog
-        async with self._lock:
-            signature = await db.active_signature(self.pool)
-            if self._catalog is None or signature != self._signature:
-                rows = await db.catalog_rows(self.pool)
-                self._title_part = {r["id"]: (r["title"], r["part"]) for r in rows}
-                self._doc_count, self._lexeme_df = await db.lexeme_document_frequencies(self.pool)
-                self._catalog = Catalog([CatalogEntry(r["cfr_ref"], r["title"], r["part"], r["section"], r["heading"],
-                                                      r["kind"], r["reserved"]) for r in rows])
-                self._signature = signature
-                models = await db.active_embedding_models(self.pool)
-                if models and self.embedder.model_name not in models:
-                    raise SearchError(f"the index was embedded with {', '.join(models)}, but this retriever embeds "
-                                      f"queries with {self.embedder.model_name}: set REGS_EMBEDDING_PROVIDER/MODEL "
-                                      f"to match or re-ingest")
+        if now - self._checked_at >= 2.0:
             self._checked_at = now
-            return self._catalog
+            signature = await db.active_signature(self.pool)
+            if signature != self._signature and (self._reloading is None or self._reloading.done()):
+                self._reloading = asyncio.create_task(self._reload(signature), name="catalog-reload")
+        return self._catalog
+
+    async def _reload(self, signature: tuple) -> None:
+        try:
+            async with self._lock:
+                await self._load(signature)
+            self._load_error = None
+        except SearchError as exc:
+            self._load_error = exc  # every search says so until the store and the embedder agree again
+        except Exception:  # noqa: BLE001 - the current catalog keeps serving; the next check retries
+            log.exception("catalog reload failed; serving the previous one")
+            self._signature = ()
+
+    async def _load(self, signature: tuple) -> None:
+        rows = await db.catalog_rows(self.pool)
+        doc_count, lexeme_df = await db.lexeme_document_frequencies(self.pool)
+        models = await db.active_embedding_models(self.pool)
+        if models and self.embedder.model_name not in models:
+            raise SearchError(f"the index was embedded with {', '.join(models)}, but this retriever embeds "
+                              f"queries with {self.embedder.model_name}: set REGS_EMBEDDING_PROVIDER/MODEL "
+                              f"to match or re-ingest")
+        # building the catalog is CPU work (seconds at 85k): off the event loop
+        catalog = await asyncio.to_thread(Catalog, [CatalogEntry(r["cfr_ref"], r["title"], r["part"], r["section"],
+                                                                 r["heading"], r["kind"], r["reserved"]) for r in rows])
+        self._title_part = {r["id"]: (r["title"], r["part"]) for r in rows}
+        self._doc_count, self._lexeme_df = doc_count, lexeme_df
+        self._catalog, self._signature = catalog, signature
 
     async def scope(self, question: str) -> Scope:
         return scope_question(question, await self.catalog())
