@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from services.scorer.service import Scorer, load_corpus_stats
@@ -12,6 +13,7 @@ from shared.streams import SCORE
 from shared.worker import PostgresPool, ServiceDefinition
 
 _postgres = PostgresPool()
+log = logging.getLogger(__name__)
 
 
 async def setup(settings: Settings):
@@ -19,16 +21,25 @@ async def setup(settings: Settings):
     scorer = Scorer(settings, corpus_titles=(await db.active_titles(pool)) or None,
                     corpus_stats=await load_corpus_stats(pool))
     await asyncio.to_thread(scorer._support_cache)  # load the embedder before traffic
-    refreshed = {"at": time.monotonic(), "signature": await db.active_signature(pool)}
+    refreshed = {"at": time.monotonic(), "signature": await db.active_signature(pool), "task": None}
+
+    async def refresh_stats(signature: tuple) -> None:
+        try:
+            scorer.corpus_stats = await load_corpus_stats(pool)
+            refreshed["signature"] = signature
+        except Exception:  # noqa: BLE001 - the previous statistics keep serving; the next check retries
+            log.exception("corpus statistics refresh failed")
 
     async def handle(kind: str, request, envelope: Envelope):
         if time.monotonic() - refreshed["at"] > 30:  # titles and word statistics follow ingests
+            refreshed["at"] = time.monotonic()
             scorer.corpus_titles = (await db.active_titles(pool)) or None
             signature = await db.active_signature(pool)
-            if signature != refreshed["signature"]:
-                scorer.corpus_stats = await load_corpus_stats(pool)
-                refreshed["signature"] = signature
-            refreshed["at"] = time.monotonic()
+            task = refreshed["task"]
+            if signature != refreshed["signature"] and (task is None or task.done()):
+                # recounting every section's words takes seconds on a large corpus: in the background, while the
+                # previous statistics serve
+                refreshed["task"] = asyncio.create_task(refresh_stats(signature), name="corpus-stats-refresh")
         if kind == "pre_gate":
             assert isinstance(request, PreGateRequest)
             result = await scorer.pre(request)
