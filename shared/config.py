@@ -51,7 +51,10 @@ class Settings(BaseSettings):
         "all-MiniLM-L6-v2-int8). `auto`: torch-bf16 where the CPU has native bf16, else onnx, else torch; "
         "never int8, so `auto` always records all-MiniLM-L6-v2.",
     )
-    embedding_threads: int = Field(0, description="CPU threads of the local embedder; 0 = every core available.")
+    embedding_threads: int = Field(
+        0, description="CPU threads of the local embedder; 0 = every core available (the retriever: one, so "
+        "PostgreSQL keeps a core for the searches it runs alongside the query embedding)."
+    )
     embedding_batch_tokens: int = Field(
         8192, description="Local embedder: cap on padded tokens per batch (texts are sorted by token length)."
     )
