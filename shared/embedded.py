@@ -39,7 +39,7 @@ def free_port() -> int:
 def shared_buffers_mb() -> int:
     """PostgreSQL's buffer pool for the embedded server: an eighth of the machine's memory, 256 MB to 2 GB. The HNSW
     indexes are read page by page on every search; at 85,000 sections they are ~770 MB, and served from the OS
-    page cache instead of the pool a dense search took 3x longer (measured: bench/README.md)."""
+    page cache instead of the pool a dense search took 2-4x longer (measured: bench/README.md)."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
