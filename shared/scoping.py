@@ -14,6 +14,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import snowballstemmer
+
 from shared.citations import find_citations, mentioned_titles, section_sort_key
 from shared.messages import CitationRef, ProgramRef, Scope, SubjectMatch
 
@@ -38,12 +40,14 @@ other than standard standards identity same about tell explain mean means progra
 """.split())
 
 
+_STEMMER = snowballstemmer.stemmer("english")
+
+
 def _stem(word: str) -> str:
-    word = word.lower()
-    for suffix in ("ies", "es", "s"):
-        if len(word) > 4 and word.endswith(suffix) and not word.endswith("ss"):
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return word
+    return _STEMMER.stemWord(word.lower())
+
+
+_STOP |= {_stem(w) for w in _STOP}  # they are compared with stemmed tokens
 
 
 # "Schedule I" names a section; its numeral alone is a pronoun or a letter
@@ -217,9 +221,10 @@ a an and are as at be by can do does for from has have how i if in is it its me 
 than that the their them there these they this to under was we were what when where which who why will with you
 your any all must may also not no yes cfr section sections part parts title subpart
 """.split())
+_FUNCTION |= {_stem(w) for w in _FUNCTION}
 # a heading word users leave out, implied by the word they do say: the OTC monographs' "active ingredients"
 # are what a user calls the product's "ingredients"
-_IMPLIED = {"active": "ingredient"}
+_IMPLIED = {_stem("active"): _stem("ingredient")}
 _CONJUNCTION = re.compile(r"\b(?:and|or)\b|[,;]")
 
 
