@@ -74,14 +74,13 @@ async def run(dsn: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from shared.config import Settings
-    from shared.supervisor import read_state
+    from shared.supervisor import running_database_url
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url")
     args = parser.parse_args(argv)
     settings = Settings()
-    dsn = args.database_url or settings.database_url or (read_state(settings.resolved_data_dir()) or {}).get(
-        "database_url")
+    dsn = args.database_url or running_database_url(settings)
     if not dsn:
         sys.exit("no database: pass --database-url, set REGS_DATABASE_URL or start the embedded one with `regs up`")
     return asyncio.run(run(dsn))

@@ -21,14 +21,14 @@ from services.retriever.search import FusionWeights, Searcher
 from shared.config import Settings
 from shared.db import create_pool
 from shared.messages import RetrieveRequest
-from shared.supervisor import read_state
+from shared.supervisor import running_database_url
 
 METRICS = ("mrr@10", "recall@10", "hit@1")
 
 
 async def run(args: argparse.Namespace) -> dict:
     settings = Settings()
-    dsn = args.database_url or settings.database_url or (read_state(settings.resolved_data_dir()) or {}).get("database_url")
+    dsn = args.database_url or running_database_url(settings)
     if not dsn:
         sys.exit("no database: pass --database-url, set REGS_DATABASE_URL or start the embedded one with `regs up`")
     settings = settings.model_copy(update={"database_url": dsn})

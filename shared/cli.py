@@ -53,14 +53,13 @@ def cmd_status(args) -> int:
 def cmd_ingest(args) -> int:
     from shared import db
     from shared.messages import IngestRequest
-    from shared.supervisor import ingest_with_progress, read_state
+    from shared.supervisor import ingest_with_progress, running_database_url
 
     settings = get_settings()
-    if not settings.database_url:
-        state = read_state(settings.resolved_data_dir())
-        if not state:
-            sys.exit("no database: set REGS_DATABASE_URL or start the embedded one with `regs up`")
-        settings = settings.model_copy(update={"database_url": state["database_url"]})
+    dsn = running_database_url(settings)
+    if not dsn:
+        sys.exit("no database: set REGS_DATABASE_URL or start the embedded one with `regs up`")
+    settings = settings.model_copy(update={"database_url": dsn})
     asyncio.run(db.migrate(settings.database_url))
     request = IngestRequest(title=args.title, source=args.source, parts=args.parts or None, force=args.force)
     record = asyncio.run(ingest_with_progress(settings, request))

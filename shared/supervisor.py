@@ -252,6 +252,13 @@ def read_state(data_dir: Path) -> dict | None:
         return None
 
 
+def running_database_url(settings) -> str | None:
+    """The database to use: ``REGS_DATABASE_URL`` when set, else the embedded one ``regs up`` started (if any)."""
+    if settings.database_url:
+        return settings.database_url
+    return (read_state(settings.resolved_data_dir()) or {}).get("database_url")
+
+
 def _pid_alive(pid: int | None) -> bool:
     if not pid:
         return False

@@ -608,7 +608,8 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # well answer it). A heading-named section does not count: "late enrollment penalty" names the Part B
     # section, which is exactly the near miss for a Part D question.
     unheld = [p for p in scope.programs if not p.held]
-    if unheld and not cited_existing and not any(p.held for p in scope.programs):
+    held_named = bool(cited_existing) or any(p.held for p in scope.programs)
+    if unheld and not held_named:
         homes = [f"{p.title} CFR" + (f" part {p.parts[0]}" if len(p.parts) == 1 else
                                      f" parts {', '.join(p.parts)}" if p.parts else "") for p in unheld]
         what = _join([f"{p.name}, governed by {home}" for p, home in zip(unheld, homes)])
@@ -622,8 +623,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
         )
 
     # 2c. a name the question turns on that no section of the corpus mentions ---------------------------
-    if (scope.absent_names and not cited_existing and not any(p.held for p in scope.programs)
-            and not signals["specific_subject"]):
+    if scope.absent_names and not held_named and not signals["specific_subject"]:
         names = _join([f"“{n}”" for n in scope.absent_names])
         return _refuse(
             "not_found",
