@@ -95,6 +95,8 @@ class ProgramRef(BaseModel):
     parts: list[str] = Field(default_factory=list)  # empty: the whole title
     said: str  # the words of the question that named it
     held: bool  # whether the corpus holds (one of) those parts
+    home: str = ""  # where the rule lives, for people: "42 CFR part 423"; "no part of the CFR" (title 0: a
+    #                 country's or a state's own law)
 
 
 class Scope(BaseModel):
@@ -105,7 +107,7 @@ class Scope(BaseModel):
     subjects: list[SubjectMatch] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)  # human-readable account of what scoping did
     unsupported_titles: list[int] = Field(default_factory=list)  # titles named that the corpus does not hold
-    programs: list[ProgramRef] = Field(default_factory=list)  # programs named, held or not (scoping.PROGRAM_HOMES)
+    programs: list[ProgramRef] = Field(default_factory=list)  # programs named, held or not (shared.programs)
     names: list[str] = Field(default_factory=list)  # proper names and acronyms the question uses
     absent_names: list[str] = Field(default_factory=list)  # ... that no active section contains (retriever)
 

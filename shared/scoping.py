@@ -9,6 +9,7 @@ heading ("gouda" → 21 CFR 133.142 Gouda cheese), which is how near-identical s
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections import defaultdict
@@ -18,6 +19,7 @@ import snowballstemmer
 
 from shared.citations import find_citations, mentioned_titles, section_sort_key
 from shared.messages import CitationRef, ProgramRef, Scope, SubjectMatch
+from shared.programs import named_homes
 
 AGENCY_HINTS: dict[int, tuple[str, ...]] = {
     21: ("fda", "food and drug", "dea", "drug enforcement", "controlled substance", "ondcp", "drug control policy",
@@ -70,126 +72,12 @@ class CatalogEntry:
     reserved: bool = False
 
 
-# Programs, agency rules and laws people name, with the CFR part(s) that govern them: the corpus holds some
-# of them (SNAP's retailer rules, Medicare Part A/B enrollment) and not others (WIC, Part D, devices). A
-# question about one the corpus does not hold is answered by naming where the rule lives, not by the nearest
-# section that mentions it. Within a family the more specific entry comes first and wins ("SNAP income
-# limit" is 7 CFR 273, not the SNAP parts held). (family, name, title, parts, pattern)
-PROGRAM_HOMES: tuple[tuple[str, str, int, tuple[str, ...], str], ...] = (
-    # --- title 7: food and nutrition programs, agriculture
-    ("wic", "WIC (the Special Supplemental Nutrition Program for Women, Infants, and Children)", 7, ("246",),
-     r"\bwic\b|women,? infants,? and children"),
-    ("school-meals", "the National School Lunch Program", 7, ("210",), r"school lunch|\bnslp\b"),
-    ("school-meals", "the School Breakfast Program", 7, ("220",), r"school breakfast"),
-    ("cacfp", "the Child and Adult Care Food Program", 7, ("226",), r"child and adult care food|\bcacfp\b"),
-    ("sfsp", "the Summer Food Service Program", 7, ("225",), r"summer food service"),
-    ("snap", "SNAP household eligibility (income and resource limits, students, work rules)", 7, ("273",),
-     r"\b(?:snap|food stamps?)\b.*\b(?:income limits?|gross (?:monthly )?income|resource limits?|assets?|college|"
-     r"students?|able-bodied|abawds?|work requirements?)\b|\b(?:income limits?|resource limits?|assets?|college "
-     r"students?|able-bodied|abawds?)\b.*\b(?:snap|food stamps?)\b"),
-    ("snap", "SNAP", 7, ("271", "272", "274", "275", "276", "277", "278", "279", "280"),
-     r"\bsnap\b|food stamps?|supplemental nutrition assistance"),
-    ("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food"),
-    ("tefap", "The Emergency Food Assistance Program", 7, ("251",), r"\btefap\b|emergency food assistance program"),
-    ("organic", "the National Organic Program", 7, ("205",),
-     r"usda organic|national organic|made with organic|organic (?:seal|labels?|labeling|certif\w*|ingredients?|"
-     r"products?|foods?|farm\w*)|(?:labeled|label it|sold as|certified) organic"),
-    ("crop-insurance", "federal crop insurance", 7, ("400", "457"), r"crop insurance"),
-    ("farm-loans", "Farm Service Agency farm loans", 7, ("761", "762", "764", "765"),
-     r"farm service agency|\bfsa\b (?:farm )?loans?|farm (?:ownership|operating) loans?"),
-    ("conservation", "USDA conservation programs (CRP, EQIP)", 7, ("1410", "1466"),
-     r"conservation reserve program|\bcrp\b|\beqip\b|environmental quality incentives"),
-    ("marketing-orders", "marketing orders and produce trade (PACA)", 7, ("46", "900"),
-     r"marketing orders?|\bpaca\b|perishable agricultural commodities"),
-    ("hemp", "domestic hemp production", 7, ("990",), r"\bhemp\b"),
-    ("aphis", "APHIS animal welfare and plant health rules", 9, ("1", "2", "3"),
-     r"\baphis\b|animal welfare act|plant quarantine"),
-    # --- title 9
-    ("fsis", "USDA FSIS meat, poultry and egg product inspection", 9, (),
-     r"\bfsis\b|meat inspection|poultry inspection|slaughter (?:plant|establishment)"),
-    # --- title 21 (FDA, DEA, ONDCP): parts held here and parts not
-    ("food-additives", "food additive and GRAS rules", 21, ("170", "172", "173", "174", "175", "176", "177", "178",
-                                                          "182", "184"),
-     r"\bgras\b|generally recognized as safe|\bfood additives?\b|(?:in)?direct (?:food )?additives?|"
-     r"food contact substance"),
-    ("animal-drugs", "the veterinary feed directive", 21, ("558",), r"veterinary feed directive|\bvfd\b"),
-    ("animal-drugs", "drug residue tolerances and withdrawal times in food animals", 21, ("556",),
-     r"withdrawal (?:period|time)|drug residues? in (?:milk|meat)"),
-    ("animal-drugs", "good manufacturing practice for medicated feeds", 21, ("225", "226"), r"medicated feeds?"),
-    ("animal-drugs", "new animal drugs", 21, ("510", "514"), r"animal drugs?|veterinary drugs?"),
-    ("devices", "medical device premarket, quality system and reporting rules", 21, ("803", "807", "814", "820"),
-     r"510\s*\(k\)|premarket (?:notification|approval)|quality system (?:regulation|requirements)|medical device "
-     r"report|device[- ]related death|class (?:i|ii|iii|1|2|3) (?:medical )?device"),
-    ("mammography", "mammography facility standards (MQSA)", 21, ("900",), r"mammograph|\bmqsa\b"),
-    ("tobacco", "tobacco products", 21, ("1100", "1140", "1141", "1143"),
-     r"cigarette (?:packages?|packs?|warnings?|labels?|sales|advertising)|menthol|e-cigarettes?|"
-     r"\bvap(?:e|es|ing)\b|tobacco"),
-    ("dea", "DEA controlled substance rules", 21, ("1300", "1301", "1304", "1306", "1308"),
-     r"\bdea\b|controlled substances?|schedule (?:i|ii|iii|iv|v)\b"),
-    # --- title 42 (CMS): Medicare and Medicaid parts held here and parts not
-    ("medicare", "Medicare Advantage", 42, ("422",), r"medicare advantage|\bpart c\b|star ratings?"),
-    ("medicare", "Medicare Part D (prescription drug coverage)", 42, ("423",),
-     r"\bpart d\b|prescription drug (?:plan|coverage)"),
-    ("medicare", "Medicare coverage of equipment and services", 42, ("410", "414"),
-     r"durable medical equipment|\bdme\b|wheelchair|telehealth|physician fee schedule"),
-    ("medicare", "Medicare hospice and home health", 42, ("418", "484"), r"hospice|home health"),
-    ("medicare", "Medicare Part A and Part B entitlement, enrollment and premiums", 42, ("406", "407", "408"),
-     r"\bmedicare\b|\bpart [ab]\b"),
-    ("providers", "long-term care facility requirements", 42, ("483",),
-     r"nursing (?:home|facilit)|long-term care facilit|skilled nursing facilit"),
-    ("providers", "EMTALA (emergency medical treatment and labor)", 42, ("489",),
-     r"\bemtala\b|emergency medical treatment and (?:active )?labor"),
-    ("providers", "hospital conditions of participation", 42, ("482",), r"conditions of participation"),
-    ("clia", "CLIA laboratory requirements", 42, ("493",), r"\bclia\b|clinical laborator(?:y|ies) improvement"),
-    ("fraud", "the Stark and anti-kickback rules", 42, ("411", "1001"), r"\bstark\b|anti-?kickback|self-referral"),
-    ("medicaid", "Medicaid eligibility groups in the states", 42, ("435",),
-     r"expansion (?:group|adults?)|adult group|medicaid expansion"),
-    ("medicaid", "Medicaid managed care", 42, ("438",), r"managed care"),
-    ("medicaid", "CHIP (the Children's Health Insurance Program)", 42, ("457",),
-     r"(?-i:\bCHIP\b)|children's health insurance"),
-    ("medicaid", "Medicaid", 42, ("436", "447"), r"\bmedicaid\b"),
-    # --- other titles: agencies and laws people name
-    ("osha", "OSHA workplace safety and health standards", 29, ("1910", "1926"),
-     r"\bosha\b|occupational safety and health|lockout|tagout|forklift|noise exposure"),
-    ("fmla", "the Family and Medical Leave Act", 29, ("825",), r"\bfmla\b|family and medical leave"),
-    ("flsa", "the Fair Labor Standards Act", 29, ("541", "778"), r"\bflsa\b|fair labor standards|overtime"),
-    ("irs", "federal tax rules (IRS)", 26, (), r"\birs\b|internal revenue|section 179|(?-i:\bIRA\b)|required minimum "
-     r"distribution|business meals"),
-    ("ssa", "Social Security benefits", 20, ("404", "416"),
-     r"social security (?:disability|benefits|retirement)|\bssdi\b|\bssi\b|supplemental security income"),
-    ("faa", "FAA aviation rules", 14, (), r"\bfaa\b|\bdrones?\b|remote pilot|airline pilots?|aircraft"),
-    ("dot", "DOT motor carrier and hazardous materials rules", 49, ("171", "395"),
-     r"hours of service|truck drivers?|commercial driver|hazardous materials? (?:shipping|transport)|\bhazmat\b"),
-    ("epa", "EPA environmental rules", 40, (), r"\bepa\b|\bfifra\b|pesticide (?:tolerances?|residue tolerances?|"
-     r"registration)|lead-safe|renovation, repair"),
-    ("ftc", "FTC trade regulation rules", 16, (), r"\bftc\b|made in usa|federal trade commission"),
-    ("ttb", "TTB alcohol beverage labeling", 27, (), r"\bttb\b|wine labels?|beer labels?|distilled spirits"),
-    ("hipaa", "the HIPAA privacy and security rules", 45, ("160", "164"),
-     r"\bhipaa\b|protected health information"),
-    ("aca", "the ACA health insurance marketplace", 45, ("155", "156"),
-     r"health insurance marketplace|affordable care act|obamacare|premium tax credit"),
-    ("i-9", "employment eligibility verification (Form I-9)", 8, ("274a",), r"\bi-9\b"),
-    ("ada", "the Americans with Disabilities Act", 28, ("35", "36"), r"(?-i:\bADA\b)|americans with disabilities"),
-    ("education", "student privacy and education rules (FERPA, Title IX)", 34, ("99", "106"),
-     r"\bferpa\b|title ix"),
-    ("finance", "consumer credit and securities rules", 12, ("1026",),
-     r"truth in lending|regulation z|\bsec\b filing|\bcfpb\b"),
-)
-_PROGRAM_PATTERNS = [(family, name, title, parts, re.compile(pattern, re.I | re.S))
-                     for family, name, title, parts, pattern in PROGRAM_HOMES]
-
-
 def _named_programs(question: str, catalog: "Catalog") -> list[ProgramRef]:
-    found: list[ProgramRef] = []
-    families: set[str] = set()
-    for family, name, title, parts, pattern in _PROGRAM_PATTERNS:
-        match = pattern.search(question)
-        if match is None or family in families:
-            continue
-        families.add(family)
-        held = title in catalog.titles and (not parts or any((title, p) in catalog.parts for p in parts))
-        found.append(ProgramRef(name=name, title=title, parts=list(parts), said=match.group(0)[:80], held=held))
-    return found
+    """The programs, agencies and laws the question names (``shared.programs``), each marked held or not."""
+    return [ProgramRef(name=home.name, title=home.title, parts=list(home.parts), said=said, home=home.home,
+                       held=home.title in catalog.titles and (not home.parts
+                                                              or any((home.title, p) in catalog.parts for p in home.parts)))
+            for home, said in named_homes(question)]
 
 
 _ROMAN = re.compile(r"^(?:I{1,3}|IV|V|VI{1,3}|IX|X)$")
@@ -225,6 +113,14 @@ _FUNCTION |= {_stem(w) for w in _FUNCTION}
 # a heading word users leave out, implied by the word they do say: the OTC monographs' "active ingredients"
 # are what a user calls the product's "ingredients"
 _IMPLIED = {_stem("active"): _stem("ingredient")}
+# heading words that end many headings without naming a kind of thing ("General requirements", "Scope")
+_ADMINISTRATIVE = {_stem(w) for w in """
+scope purpose requirements requirement records processing products orders ingredients manufacturing labeling quota
+definitions applicability exemptions procedures general reports registration provisions authority information
+limitations conditions standards responsibilities payments services eligibility penalties applications enrollment
+premiums notice determinations policy review hearings content contents methods terms forms use uses sale fees
+""".split()}
+_VARIETY_MIN = 5
 _CONJUNCTION = re.compile(r"\b(?:and|or)\b|[,;]")
 
 
@@ -245,8 +141,12 @@ class Catalog:
     bigram_index: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     part_token_df: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
     part_size: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+    # words that end many short headings of one part, each heading naming a variety of it ("Gouda cheese",
+    # "Grape juice", "Half-and-half" ... "cream"): the question's word before one of them names a variety
+    variety_heads: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        ends: dict[tuple[int, str, str], int] = defaultdict(int)
         for entry in self.entries:
             self.by_ref[entry.cfr_ref] = entry
             self.by_section[entry.section].append(entry)
@@ -270,6 +170,24 @@ class Catalog:
             ordered = [t for t in tokens(entry.heading) if t not in _FUNCTION and len(t) > 1]
             for pair in _bigrams(ordered):
                 self.bigram_index[pair].add(entry.cfr_ref)
+            if 2 <= len(ordered) <= 4 and ordered[-1].isalpha() and len(ordered) == len(tokens(entry.heading)):
+                ends[(entry.title, entry.part, ordered[-1])] += 1
+        # counted over bare noun phrases ("Gouda cheese", "Light cream"), not headings with function words
+        # ("Issuance of import permit"), where a merely frequent word ends them too
+        self.variety_heads = {word for (_, _, word), n in ends.items()
+                              if n >= _VARIETY_MIN and word not in _ADMINISTRATIVE}
+
+    def variety_words(self, question: str) -> list[str]:
+        """Words of the question that name a variety of something the corpus has varieties of: the word before a
+        variety head ("feta" in "feta cheese"). Whether the corpus mentions the variety is the retriever's to check."""
+        words = re.findall(r"[A-Za-z][A-Za-z-]*", question)
+        out = []
+        for word, head in zip(words, words[1:]):
+            stem = _stem(word)
+            if (_stem(head) in self.variety_heads and len(word) > 2 and stem not in _STOP and stem not in _FUNCTION
+                    and stem not in _ADMINISTRATIVE and stem not in self.variety_heads):
+                out.append(word)
+        return out
 
     def phrase_index(self, probe: str) -> set[str]:
         return self.bigram_index.get(probe, set()) if " " in probe else self.token_index.get(probe, set())
@@ -363,7 +281,13 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
     """What the question is about: citations (resolved), title hints, named subjects. See module doc."""
     scope = Scope()
     lowered = question.lower()
+    scope.programs = _named_programs(question, catalog)
+    # a citation without a title belongs to the title of the agency or program the question names: "the FAA's
+    # Part 107" is 14 CFR part 107, not the infant formula part 21 CFR 107 that the corpus happens to hold
+    named_titles = {p.title for p in scope.programs if p.title}
     for cite in find_citations(question):
+        if cite.title is None and named_titles and not any((t, cite.part) in catalog.parts for t in named_titles):
+            cite = dataclasses.replace(cite, title=min(named_titles))
         ref = CitationRef(raw=cite.raw, title=cite.title, part=cite.part, section=cite.section,
                           paragraph=cite.paragraph)
         if cite.section:
@@ -400,8 +324,8 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
             re.search(rf"\b{re.escape(n)}", lowered) for n in needles
         ):
             scope.titles.append(title)
-    scope.programs = _named_programs(question, catalog)
     scope.names = question_names(question)
+    scope.names += [w for w in catalog.variety_words(question) if not any(w in n for n in scope.names)]
     cited_refs = {f"{c.title} CFR {c.section}" for c in scope.citations if c.section}
     question_tokens = tokens(re.sub(r"§+\s*[\d.a-z()]+", " ", question))
     for subject in _match_subjects(question_tokens, catalog):

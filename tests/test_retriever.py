@@ -279,9 +279,17 @@ async def test_names_no_active_section_mentions_are_reported(searcher):
     assert any("HIPAA" in note for note in result.scope.notes)
 
 
+async def test_a_variety_the_corpus_has_no_standard_for_is_reported_absent(searcher):
+    feta = await searcher.search(RetrieveRequest(question="Does feta cheese have a standard, and how much milkfat?"))
+    assert "feta" in feta.scope.names and feta.scope.absent_names == ["feta"]
+    gouda = await searcher.search(RetrieveRequest(question="How much milkfat does gouda cheese need?"))
+    assert "gouda" in gouda.scope.names and gouda.scope.absent_names == []
+    assert "chees" in (await searcher.catalog()).variety_heads
+
+
 @pytest.mark.parametrize("question, programs", [
     ("What's the SNAP gross monthly income limit for a household of four?",
-     ["SNAP household eligibility (income and resource limits, students, work rules)"]),
+     ["SNAP household eligibility (income and resource limits, students, work rules, benefit amounts)"]),
     ("Can a SNAP retailer be fined instead of disqualified?", ["SNAP"]),
     ("What is the Medicare Part D late enrollment penalty?", ["Medicare Part D (prescription drug coverage)"]),
     ("Is my kid eligible for CHIP?", ["CHIP (the Children's Health Insurance Program)"]),

@@ -1,0 +1,368 @@
+"""Where the rules people name live: programs, agencies and laws, with the CFR title and parts that govern them.
+
+A question about a rule the corpus does not hold must be answered by naming where that rule lives, not by the
+nearest section that happens to share its words ("Medicare Part D late enrollment penalty" is 42 CFR 423, not
+the Part B penalty in 42 CFR 408 that the corpus holds). Scoping (``shared.scoping``) looks every question up
+here and marks each home held or not against the active corpus; the scorer's pre-generation gate refuses a
+question that names only homes the corpus does not hold.
+
+The table is general knowledge of the CFR (its list of titles and chapters and the agencies that write them,
+and the best-known parts), not a list of questions: it covers the federal regulators people ask about, the
+well-known parts of the titles this corpus holds in part (7, 9, 21, 42) that it does not hold, and the laws of
+other countries and states, which no CFR part governs (title 0).
+
+Patterns are case-insensitive unless they say ``(?-i:...)``. Within a family the first entry that matches wins,
+so a specific entry comes before a general one ("SNAP income limits" is 7 CFR 273, not the SNAP parts held).
+A pattern must not match the ordinary wording of the held parts: tests/test_programs.py runs every pattern
+over the questions of the evaluation sets that the corpus does answer.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NOT_FEDERAL = 0  # the "title" of another country's or a state's own law: nothing in the CFR governs it
+
+
+@dataclass(frozen=True)
+class ProgramHome:
+    family: str
+    name: str
+    title: int
+    parts: tuple[str, ...]  # empty: the whole title (or, for NOT_FEDERAL, nothing)
+    pattern: re.Pattern
+
+    @property
+    def home(self) -> str:
+        """Where the rule lives, as a CFR reference ("42 CFR part 423") or what stands in for one."""
+        if self.title == NOT_FEDERAL:
+            return "no part of the CFR"
+        if len(self.parts) == 1:
+            return f"{self.title} CFR part {self.parts[0]}"
+        if self.parts:
+            return f"{self.title} CFR parts {', '.join(self.parts)}"
+        return f"{self.title} CFR"
+
+
+def _p(family: str, name: str, title: int, parts: tuple[str, ...], pattern: str) -> ProgramHome:
+    return ProgramHome(family, name, title, parts, re.compile(pattern, re.I | re.S))
+
+
+PROGRAM_HOMES: tuple[ProgramHome, ...] = (
+    # ------------------------------------------------------------------ title 7: food and nutrition, agriculture
+    _p("wic", "WIC (the Special Supplemental Nutrition Program for Women, Infants, and Children)", 7, ("246",),
+       r"\bwic\b|women,? infants,? and children"),
+    _p("school-meals", "the National School Lunch Program", 7, ("210",), r"school lunch|\bnslp\b"),
+    _p("school-meals", "the School Breakfast Program", 7, ("220",), r"school breakfast"),
+    _p("cacfp", "the Child and Adult Care Food Program", 7, ("226",), r"child and adult care food|\bcacfp\b"),
+    _p("sfsp", "the Summer Food Service Program", 7, ("225",), r"summer food service|summer meals? for kids"),
+    _p("fdpir", "the Food Distribution Program on Indian Reservations", 7, ("253",),
+       r"food distribution program on indian reservations|\bfdpir\b"),
+    _p("fmnp", "the WIC and Senior Farmers' Market Nutrition Programs", 7, ("248", "249"),
+       r"farmers'? market nutrition|\bsfmnp\b"),
+    _p("snap", "SNAP household eligibility (income and resource limits, students, work rules, benefit amounts)", 7,
+       ("273",),
+       r"\b(?:snap|food stamps?)\b.*\b(?:income limits?|gross (?:monthly )?income|resource limits?|assets?|college|"
+       r"students?|able-bodied|abawds?|work requirements?)\b|\b(?:income limits?|resource limits?|assets?|college "
+       r"students?|able-bodied|abawds?)\b.*\b(?:snap|food stamps?)\b|"
+       r"(?:am i|are we|is (?:my|our) (?:family|household)|can (?:i|we|my \w+)) (?:\w+ ){0,3}(?:get|receive|qualify for)"
+       r" (?:\w+ ){0,2}(?:snap|food stamps?)|maximum (?:monthly )?(?:snap |food stamp )?allotments?|"
+       r"(?:snap|food stamp) benefit amounts?"),
+    _p("snap", "SNAP", 7, ("271", "272", "274", "275", "276", "277", "278", "279", "280"),
+       r"\bsnap\b|food stamps?|supplemental nutrition assistance"),
+    _p("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food"),
+    _p("tefap", "The Emergency Food Assistance Program", 7, ("251",),
+       r"\btefap\b|emergency food assistance program"),
+    _p("organic", "the National Organic Program", 7, ("205",),
+       r"usda organic|national organic|made with organic|organic (?:seal|labels?|labeling|certif\w*|ingredients?|"
+       r"products?|foods?|farm\w*|standards?)|(?:labeled|label it|sold as|certified) organic"),
+    _p("bioengineered", "the National Bioengineered Food Disclosure Standard", 7, ("66",),
+       r"bioengineered|\bgmos?\b|genetically (?:modified|engineered) (?:food|ingredient|crop)s?"),
+    _p("cool", "country of origin labeling of meat, fish and produce (COOL)", 7, ("60", "65"),
+       r"country[- ]of[- ]origin label\w*|\bcool\b (?:label\w*|rules?)"),
+    _p("grading", "USDA grade standards for fruits, vegetables, meat and eggs", 7, ("51", "52", "54", "56"),
+       r"usda grade|u\.s\. (?:no\. 1|fancy|choice|prime)|usda (?:prime|choice) beef"),
+    _p("crop-insurance", "federal crop insurance", 7, ("400", "457"), r"crop insurance|\brma\b|\bnap\b coverage"),
+    _p("farm-programs", "Farm Service Agency loans and farm programs", 7, ("761", "762", "764", "765", "1400", "1412"),
+       r"farm service agency|\bfsa\b (?:farm )?loans?|farm (?:ownership|operating) loans?|"
+       r"(?:price loss|agriculture risk) coverage|dairy margin coverage|marketing assistance loans?"),
+    _p("conservation", "USDA conservation programs (CRP, EQIP)", 7, ("1410", "1466"),
+       r"conservation reserve program|\bcrp\b|\beqip\b|environmental quality incentives"),
+    _p("marketing-orders", "marketing orders and produce trade (PACA)", 7, ("46", "900"),
+       r"marketing orders?|\bpaca\b|perishable agricultural commodities"),
+    _p("packers", "the Packers and Stockyards Act", 9, ("201",), r"packers and stockyards|livestock (?:auction|market)s?"),
+    _p("hemp", "domestic hemp production", 7, ("990",), r"\bhemp\b"),
+    _p("rural-development", "USDA Rural Development housing and business loans", 7, ("3550", "3555", "4279"),
+       r"rural development|rural housing|usda (?:home |housing )?loans?|section 502 (?:direct|guaranteed)"),
+    _p("plant-imports", "APHIS import rules for fruits, vegetables, plants and seeds", 7, ("319", "330"),
+       r"\bimport\w*\b.{0,40}\b(?:fruits?|vegetables?|plants?|seeds?|soil)\b|"
+       r"\b(?:fruits?|vegetables?|plants?|seeds?)\b.{0,40}\b(?:into the (?:u\.?s\.?|united states)|across the border)|"
+       r"plant (?:pests?|quarantines?)|phytosanitary"),
+    _p("aphis", "APHIS animal welfare, animal health and plant health rules", 9, ("1", "2", "3", "93"),
+       r"\baphis\b|animal welfare act|horse protection act|livestock (?:imports?|disease)|"
+       r"(?:import\w*|bring\w*) (?:a |my )?(?:dogs?|cats?|pets?|horses?|livestock|birds?)\b|"
+       r"(?:dog|cat) breeders?|puppy mills?|zoos?\b|animal exhibitors?"),
+    # ------------------------------------------------------------------ title 9: FSIS
+    _p("fsis", "USDA FSIS meat, poultry and egg product inspection and labeling", 9, ("317", "381", "590"),
+       r"\bfsis\b|meat inspection|poultry inspection|slaughter\w*|safe handling (?:instructions|labels?)|"
+       r"(?:meat|poultry) (?:labels?|labeling|products? labels?|processing|plants?)|usda (?:inspected|inspection)|"
+       r"raw (?:meat|poultry|ground beef|chicken|pork)|cured (?:meats?|pork|bacon|hams?)|egg products? inspection|"
+       r"catfish inspection"),
+    # ------------------------------------------------------------------ title 21: parts held here and parts not
+    _p("food-additives", "food additive and GRAS rules", 21, ("170", "172", "173", "174", "175", "176", "177", "178",
+                                                            "182", "184", "186", "189"),
+       r"\bgras\b(?!/e)|generally recognized as safe(?! and effective)|food additive (?:petitions?|approvals?|listings?)|"
+       r"approved food additives?|(?:in)?direct (?:food )?additives?|"
+       r"food contact (?:substances?|materials?|notifications?)|food packaging (?:materials?|chemicals?)|"
+       r"\bbpa\b|bisphenol|\bpfas\b|prohibited (?:from use in|substances? in) (?:human )?food"),
+    _p("supplement-ndi", "new dietary ingredient notifications", 21, ("190",),
+       r"new dietary ingredients?|\bndi\b"),
+    _p("animal-drugs", "the veterinary feed directive", 21, ("558",), r"veterinary feed directive|\bvfd\b"),
+    _p("animal-drugs", "drug residue tolerances and withdrawal times in food animals", 21, ("556",),
+       r"withdrawal (?:period|time)|drug residues? in (?:milk|meat|eggs)"),
+    _p("animal-drugs", "good manufacturing practice for medicated feeds", 21, ("225", "226"), r"medicated feeds?"),
+    _p("animal-drugs", "animal food and feed rules (including the ruminant feed ban)", 21, ("500", "501", "507", "573",
+                                                                                         "579", "589"),
+       r"cattle feed|livestock feed|pet foods?|dog foods?|cat foods?|ruminant feed|mad cow|\bbse\b|"
+       r"feed (?:additives?|mills?)"),
+    _p("animal-drugs", "new animal drugs", 21, ("510", "514", "516"), r"new animal drug (?:applications?|approvals?)|\bnadas?\b|extra-?label (?:drug )?use"),
+    _p("devices", "medical device premarket, quality system, labeling and reporting rules", 21,
+       ("801", "803", "807", "814", "820", "830"),
+       r"510\s*\(k\)|premarket (?:notification|approval)|quality (?:system|management system) (?:regulation|requirements)|"
+       r"medical device (?:reports?|reporting|registration|listing|classification|labeling|establishment)|"
+       r"device[- ]related deaths?|class (?:i|ii|iii|1|2|3) (?:medical )?devices?|unique device identifier|\budi\b|"
+       r"hearing aids?|pacemakers?|(?:surgical|medical) implants?|software as a medical device"),
+    _p("radiological", "radiation-emitting electronic products (lasers, tanning, microwaves, X-ray)", 21,
+       ("1000", "1002", "1010", "1020", "1030", "1040", "1050"),
+       r"laser (?:products?|pointers?)|\blasers?\b|tanning (?:beds?|booths?|lamps?|devices?)|"
+       r"sunlamps?|microwave ovens?|x-ray (?:machines?|equipment|systems?)|ultrasonic therapy"),
+    _p("mammography", "mammography facility standards (MQSA)", 21, ("900",), r"mammograph|\bmqsa\b"),
+    _p("tobacco", "tobacco products", 21, ("1100", "1140", "1141", "1143"),
+       r"cigarette (?:packages?|packs?|warnings?|labels?|sales|advertising|ads)|menthol|e-cigarettes?|"
+       r"\bvap(?:e|es|ing)\b|tobacco|cigars?\b|nicotine pouches?|smokeless"),
+    _p("communicable", "FDA's interstate communicable disease rules (raw milk, turtles, shellfish shipping)", 21,
+       ("1240",), r"(?:sell|sale of|selling|ship\w*) (?:raw|unpasteurized) milk (?:across|interstate|to consumers)|"
+                  r"small turtles|pet turtles"),
+    _p("tissue", "human cells, tissues and tissue-based products", 21, ("1270", "1271"),
+       r"human cells?,? tissues?|tissue (?:banks?|donors?|establishments?)|stem cell clinics?"),
+    _p("dea", "DEA controlled substance rules", 21, ("1300", "1301", "1304", "1306", "1308"),
+       r"\bdea\b|controlled substances?|schedule (?:i|ii|iii|iv|v)\b"),
+    # ------------------------------------------------------------------ title 42: Medicare and Medicaid, public health
+    _p("medicare", "Medicare Advantage", 42, ("422",), r"medicare advantage|\bpart c\b|star ratings?"),
+    _p("medicare", "Medicare Part D (prescription drug coverage)", 42, ("423",),
+       r"\bpart d\b|prescription drug (?:plan|coverage)"),
+    _p("medicare", "Medicare supplement (Medigap) policies", 42, ("403",),
+       r"medigap|medicare supplement (?:insurance|polic\w+|plans?)"),
+    _p("medicare", "Medicare Savings Programs (QMB, SLMB, QI)", 42, ("435",),
+       r"medicare savings programs?|\bqmbs?\b|qualified medicare beneficiar\w*|\bslmb\b|specified low-income"),
+    _p("medicare", "Medicare coverage of items and services", 42, ("409", "410", "411", "414"),
+       r"durable medical equipment|\bdme\b|wheelchairs?|telehealth|physician fee schedule|"
+       r"(?:does|will|would|can) medicare (?:cover|pay)|medicare (?:coverage of|covers?)|ambulance|"
+       r"advance beneficiary notice|\babn\b"),
+    _p("medicare", "Medicare hospice and home health", 42, ("418", "484"), r"hospice|home health"),
+    _p("medicare", "Medicare claims appeals", 42, ("405",),
+       r"medicare (?:claims? )?appeals?|appeal (?:a |my )?medicare|reconsideration by a qic"),
+    _p("medicare", "Medicare Part A and Part B entitlement, enrollment and premiums", 42, ("406", "407", "408"),
+       r"\bmedicare\b|\bpart [ab]\b"),
+    _p("providers", "long-term care facility requirements", 42, ("483",),
+       r"nursing (?:homes?|facilit\w+)|skilled nursing facilit"),
+    _p("providers", "EMTALA (emergency medical treatment and labor)", 42, ("489",),
+       r"\bemtala\b|emergency medical treatment and (?:active )?labor"),
+    _p("providers", "hospital and clinic conditions of participation", 42, ("482", "485", "491"),
+       r"conditions of participation|\bfqhcs?\b|federally qualified health|critical access"),
+    _p("providers", "hospital price transparency", 45, ("180",), r"price transparency|standard charges"),
+    _p("clia", "CLIA laboratory requirements", 42, ("493",), r"\bclia\b|clinical laborator(?:y|ies) improvement"),
+    _p("fraud", "the Stark and anti-kickback rules", 42, ("411", "1001"), r"\bstark\b|anti-?kickback|self-referral"),
+    _p("public-health", "CDC quarantine and foreign quarantine rules", 42, ("70", "71"),
+       r"\bcdc\b|quarantine|isolation orders?|communicable diseases? (?:control|between states)"),
+    _p("public-health", "opioid treatment program take-home and treatment standards (SAMHSA)", 42, ("8",),
+       r"take-home (?:doses?|methadone|medications?)|methadone (?:clinics?|take-homes?)"),
+    _p("public-health", "the 340B drug pricing program", 42, ("10",), r"\b340b\b"),
+    _p("public-health", "organ procurement and transplantation", 42, ("121", "486"),
+       r"organ (?:transplant\w*|procurement|donation)|\boptn\b|transplant (?:lists?|waiting)"),
+    _p("medicaid", "Medicaid eligibility in Guam, Puerto Rico and the Virgin Islands", 42, ("436",),
+       r"\bguam\b|puerto ric\w+|virgin islands"),
+    _p("medicaid", "Medicaid eligibility groups in the states", 42, ("435",),
+       r"expansion (?:group|adults?)|adult group|medicaid expansion|"
+       r"(?:am i|are we|is (?:my|our|he|she)|who is|who's|how (?:do|can) (?:i|we|you)) (?:\w+ ){0,3}(?:eligible for|qualify for) medicaid|"
+       r"medicaid (?:eligibility|income limits?|asset limits?|spend-?down)"),
+    _p("medicaid", "Medicaid home and community-based services", 42, ("441",),
+       r"home and community[- ]based|\bhcbs\b|1915\s*\(c\)|personal care services"),
+    _p("medicaid", "Medicaid managed care", 42, ("438",), r"managed care"),
+    _p("medicaid", "CHIP (the Children's Health Insurance Program)", 42, ("457",),
+       r"(?-i:\bCHIP\b)|children's health insurance"),
+    _p("medicaid", "Medicaid", 42, ("436", "447"), r"\bmedicaid\b"),
+    # ------------------------------------------------------------------ other titles: agencies and laws people name
+    _p("opm", "federal employment, pay, leave and benefits (OPM)", 5, (),
+       r"\bopm\b|office of personnel management|federal employees?\b|\bfehb\b|thrift savings plan|"
+       r"federal (?:civil service|government jobs?)"),
+    _p("immigration", "immigration and naturalization (DHS, USCIS)", 8, (),
+       r"\buscis\b|immigra\w+|green cards?|\bh-1b\b|work (?:visas?|permits?)|naturaliz\w+|asylum|\bdaca\b|"
+       r"(?-i:\bI-9\b)|\bi-9\b|employment eligibility verification|\be-verify\b|permanent residen\w+"),
+    _p("nuclear", "nuclear and energy rules (NRC, DOE)", 10, (),
+       r"\bnrc\b|nuclear (?:regulatory|power|reactors?|materials?|plants?)|radioactive materials? licen\w+|"
+       r"energy conservation standards?|appliance efficiency|energy star"),
+    _p("elections", "federal campaign finance (FEC)", 11, (),
+       r"\bfec\b|federal election commission|campaign (?:finance|contributions?|donations?)|"
+       r"political action committees?|super pacs?"),
+    _p("banking", "banking and consumer finance rules (Federal Reserve, OCC, FDIC, CFPB)", 12, (),
+       r"\bfdic\b|deposit insurance|(?-i:\bOCC\b)|national banks?|federal reserve|regulation (?:b|cc|dd|e|z|x)\b|"
+       r"truth in (?:lending|savings)|\bcfpb\b|consumer financial protection|fair credit reporting|\bfcra\b|"
+       r"equal credit opportunity|\becoa\b|\brespa\b|mortgage (?:servicing|disclosures?|lenders?)|debit cards?|"
+       r"credit cards?|overdraft|electronic fund transfers?|\bhmda\b|community reinvestment|credit unions?|"
+       r"payday loans?|debt collect\w+|credit reports?|bank (?:accounts?|deposits?)"),
+    _p("sba", "Small Business Administration programs", 13, (),
+       r"\bsba\b|small business administration|\b7\s*\(a\) loans?|hubzone|\b8\s*\(a\) (?:program|business\w*)|"
+       r"disaster loans?|women-owned small business|size standards? for small business"),
+    _p("aviation", "aviation rules (FAA, DOT airline consumer rules)", 14, (),
+       r"\bfaa\b|\bdrones?\b|unmanned aircraft|\buas\b|remote pilot|airlines?|airline pilots?|pilot (?:certificates?|licen\w+)|aircraft|airports?|"
+       r"flight attendants?|air carriers?|tarmac delays?|overbook\w*|bumped from (?:a|my) flight|checked bags?|"
+       r"(?:on|board) (?:a |the )?(?:plane|flight)s?"),
+    _p("commerce", "export controls and Commerce Department rules", 15, (),
+       r"export (?:controls?|administration regulations|licen\w+)|(?-i:\bEAR\b)|(?-i:\bBIS\b)|entity list|\bnoaa\b|census bureau"),
+    _p("ftc", "FTC trade regulation rules", 16, (),
+       r"\bftc\b|made in usa|federal trade commission|funeral (?:rule|homes?)|franchise (?:rule|disclosure)|"
+       r"care label\w*|textile (?:labels?|fiber)|telemarketing sales rule|do[- ]not[- ]call|\bcoppa\b|"
+       r"children's online privacy|endorsements? guides?|fake reviews?|negative option|click to cancel"),
+    _p("cpsc", "consumer product safety rules (CPSC)", 16, ("1500", "1303", "1220"),
+       r"\bcpsc\b|consumer product safety|children's products?|\btoys?\b|\bcribs?\b|bike helmets?|"
+       r"bicycle helmets?|mattress flammab\w+|lead[- ]based paint (?:on|in) (?:toys|furniture)|window blind cords?"),
+    _p("securities", "securities and commodities rules (SEC, CFTC)", 17, (),
+       r"(?-i:\bSEC\b)|securities and exchange|securities (?:laws?|offerings?|registration)|"
+       r"form (?:8-k|10-k|10-q|s-1|adv)\b|regulation (?:d|s-k|s-x|fd|a\+?|crowdfunding|best interest)\b|\bcftc\b|"
+       r"commodity futures|investment advis\w+|broker-dealers?|insider trading|crowdfunding|accredited investors?|"
+       r"proxy (?:statements?|rules?)|public compan(?:y|ies)|stock exchange"),
+    _p("ferc", "federal energy regulation (FERC)", 18, (),
+       r"\bferc\b|federal energy regulatory|interstate (?:natural gas )?pipelines?|electric (?:transmission|utility) rates"),
+    _p("customs", "customs, duties and import entry (CBP)", 19, (),
+       r"\bcbp\b|customs (?:and border|dut(?:y|ies)|bonds?|brokers?|declarations?|rulings?)|\btariffs?\b|"
+       r"harmonized tariff|dut(?:y|ies) on imports?|import dut(?:y|ies)|duty[- ]free|de minimis (?:entry|shipments?)"),
+    _p("ssa", "Social Security benefits", 20, ("404", "416"),
+       r"social security (?:disability (?:benefits|insurance|applications?|claims?)|retirement age|checks?|"
+       r"payment amounts?)|(?:apply|applying) for social security|\bssdi\b|\bssi\b|supplemental security income"),
+    _p("dol-benefits", "workers' compensation programs and foreign labor certification (DOL)", 20, ("655", "702", "718"),
+       r"longshore|black lung|federal employees'? compensation|\bfeca\b|\bh-2a\b|\bh-2b\b|labor certification|"
+       r"prevailing wage"),
+    _p("state-dept", "passports, visas and arms export rules (State Department)", 22, (),
+       r"passports?|\bvisas?\b|consular|\bitar\b|international traffic in arms"),
+    _p("highways", "federal highway rules", 23, (), r"federal-aid highway|\bmutcd\b|highway (?:signs?|construction funds)"),
+    _p("hud", "housing rules (HUD)", 24, (),
+       r"\bhud\b|fair housing|section 8|housing choice vouchers?|public housing|\bfha\b|"
+       r"housing and urban development|manufactured homes?|landlords?|tenants?|rental housing|"
+       r"lead[- ]based paint disclosure"),
+    _p("indian-affairs", "Indian affairs (BIA)", 25, (),
+       r"bureau of indian affairs|(?-i:\bBIA\b)|tribal (?:lands?|trust|enrollment)|indian (?:gaming|lands|tribes?)"),
+    _p("irs", "federal tax rules (IRS)", 26, (),
+       r"\birs\b|internal revenue|section 179|(?-i:\bIRA\b)|required minimum distributions?|business meals|"
+       r"form (?:w-2|w-4|w-9|1099\S*|8300|941|990|1040|1065|1120\S*)|income tax\w*|tax returns?|tax-exempt|"
+       r"\b501\s*\(c\)|depreciat\w+|payroll tax\w*|estimated tax\w*|capital gains?|tax deducti\w+|"
+       r"deduct\w* (?:on|from) (?:my|our|your) taxes|tax credits?|\bhsa\b|health savings accounts?"),
+    _p("atf", "firearms, explosives and alcohol tax rules (ATF, TTB)", 27, (),
+       r"\batf\b|\bttb\b|firearms?|\bffl\b|guns?\b|ammunition|explosives?|silencers?|suppressors?|"
+       r"wine labels?|beer labels?|distilled spirits|alcohol (?:labels?|labeling|permits?|excise)|brewer(?:y|ies)|"
+       r"winer(?:y|ies)|distiller(?:y|ies)"),
+    _p("ada", "the Americans with Disabilities Act", 28, ("35", "36"),
+       r"(?-i:\bADA\b)|americans with disabilities|wheelchair ramps?|accessible parking|service animals?"),
+    _p("osha", "OSHA workplace safety and health standards", 29, ("1904", "1910", "1926"),
+       r"\bosha\b|occupational safety and health|lockout|tagout|forklifts?|noise exposure|respirators?|"
+       r"respiratory protection|fall protection|scaffold\w*|\bsilica\b|permissible exposure limits?|"
+       r"hazard communication|safety data sheets?|confined spaces?|workplace (?:injur\w+|safety|illness\w*)|"
+       r"construction sites?|first aid kits?"),
+    _p("fmla", "the Family and Medical Leave Act", 29, ("825",), r"\bfmla\b|family and medical leave|maternity leave"),
+    _p("flsa", "wage and hour rules (Fair Labor Standards Act)", 29, ("516", "541", "778", "785"),
+       r"\bflsa\b|fair labor standards|overtime|minimum wage|tipped employees?|tip credit|child labor|"
+       r"exempt (?:employees?|from overtime)|independent contractors?|wage and hour"),
+    _p("labor-relations", "employee benefits and labor relations (ERISA, NLRA, COBRA)", 29, ("2510", "2550", "2590"),
+       r"\berisa\b|401\s*\(k\)|pension plans?|retirement plans?|\bnlrb?\b|\bnlra\b|labor unions?|union (?:elections?|dues|organizing|members)|collective bargaining|"
+       r"\bcobra\b|davis-bacon|service contract act|\bwarn act\b|mass layoffs?|plant closings?"),
+    _p("eeoc", "employment discrimination rules (EEOC)", 29, ("1604", "1625", "1630"),
+       r"\beeoc\b|equal employment opportunity|(?:workplace|employment|hiring|pay|age|pregnancy) discrimination|"
+       r"sexual harassment|reasonable accommodations? (?:for|at) work"),
+    _p("mining", "mine safety and offshore energy rules", 30, (),
+       r"\bmsha\b|mine safety|coal mines?|offshore (?:oil|drilling|leases?|wind)|\bboem\b|\bbsee\b"),
+    _p("treasury", "sanctions and anti-money-laundering rules (OFAC, FinCEN)", 31, (),
+       r"\bofac\b|economic sanctions|sanctions (?:lists?|programs?)|specially designated nationals|\bfincen\b|money laundering|\baml\b|"
+       r"suspicious activity reports?|currency transaction reports?|beneficial owner\w*|bank secrecy"),
+    _p("defense", "military and defense rules (DoD, TRICARE)", 32, (),
+       r"\bdod\b|department of defense|tricare|military (?:service|bases?|recruit\w*)|armed forces"),
+    _p("coast-guard", "boating, navigation and waters rules (Coast Guard, Army Corps)", 33, (),
+       r"coast guard|life jackets?|personal flotation|recreational boats?|boating|navigable waters|"
+       r"wetlands?|army corps|section 404 permits?|dredg\w+"),
+    _p("education", "education rules (FERPA, Title IX, federal student aid, IDEA)", 34, ("99", "106", "300", "668", "685"),
+       r"\bferpa\b|title ix|student loans?|pell grants?|\bfafsa\b|financial aid|(?-i:\bIDEA\b)|special education|"
+       r"borrower defense|public service loan forgiveness|\bpslf\b|student records|school districts?"),
+    _p("parks", "national parks and forests", 36, (),
+       r"national (?:parks?|forests?|monuments?)|campgrounds?|park service|forest service"),
+    _p("ip", "patents, trademarks and copyrights", 37, (),
+       r"\buspto\b|patent (?:applications?|terms?|fees?|office|protection)|(?:file|get|filing) (?:a )?patents?|"
+       r"trademarks? (?:registration|applications?)|register (?:a |my )?trademarks?|copyrights?"),
+    _p("va", "veterans' benefits (VA)", 38, (),
+       r"(?-i:\bVA\b)|veterans?|\bgi bill\b|disability ratings?|service[- ]connected"),
+    _p("postal", "postal rules (USPS)", 39, (),
+       r"postal service|\busps\b|mailbox\w*|postage|mail(?:ing)? (?:rates|standards)|po box\w*"),
+    _p("epa", "EPA environmental rules", 40, (),
+       r"\bepa\b|\bfifra\b|pesticide (?:tolerances?|residue tolerances?|registration|applicators?)|lead-safe|"
+       r"renovation, repair|clean air act|clean water act|\bnpdes\b|storm ?water|hazardous waste|\brcra\b|"
+       r"superfund|\bcercla\b|emissions? standards?|greenhouse gas\w*|asbestos|\btsca\b|safe drinking water act|"
+       r"public water systems?|tap water|radon|refrigerants?|underground storage tanks?|air pollution|"
+       r"wastewater discharges?|oil spills?|environmental protection agency"),
+    _p("contractors", "federal contracting rules (FAR, OFCCP)", 48, (),
+       r"federal acquisition regulation|\bfar\b (?:clauses?|part)|government contracts?|federal contractors?|"
+       r"\bofccp\b|affirmative action plans?|sam\.gov|set-asides?|\bgsa\b schedules?|subcontracting plans?"),
+    _p("fema", "disaster assistance and flood insurance (FEMA)", 44, (),
+       r"\bfema\b|flood insurance|\bnfip\b|disaster (?:assistance|relief) (?:grants?|for individuals)|"
+       r"federal emergency management"),
+    _p("hipaa", "the HIPAA privacy, security and breach notification rules", 45, ("160", "164"),
+       r"\bhipaa\b|protected health information|(?-i:\bPHI\b)|breach notification|medical records? privacy"),
+    _p("aca", "the ACA health insurance marketplace", 45, ("155", "156"),
+       r"health insurance marketplace|affordable care act|obamacare|premium tax credits?|healthcare\.gov|"
+       r"open enrollment (?:period )?for (?:health|marketplace)|essential health benefits"),
+    _p("hhs-programs", "HHS family programs (TANF, child support, Head Start, child care)", 45, ("260", "302", "1302", "98"),
+       r"\btanf\b|temporary assistance for needy|child support|head start|child care (?:subsid\w+|development fund)|"
+       r"\bccdf\b|welfare (?:benefits|to work)"),
+    _p("hhs-research", "the Common Rule for human subjects research", 45, ("46",),
+       r"common rule|45 cfr (?:part )?46|federally funded (?:human )?research"),
+    _p("maritime", "shipping and maritime rules", 46, (),
+       r"merchant mariners?|vessel (?:documentation|inspections?)|ocean (?:freight|shipping|carriers?)|"
+       r"federal maritime commission|cruise ships?"),
+    _p("fcc", "communications rules (FCC)", 47, (),
+       r"\bfcc\b|federal communications|robocalls?|\btcpa\b|closed caption\w*|broadcast\w*|amateur radio|"
+       r"ham radio|spectrum (?:licen\w+|auctions?)|cell(?:ular)? (?:towers?|phones? carriers?)|net neutrality|\bcpni\b|\b911\b|"
+       r"text messages? marketing|telephone (?:consumer|carriers?)"),
+    _p("dot", "transportation rules (FMCSA, PHMSA, NHTSA, FRA, FTA)", 49, ("171", "382", "391", "395", "571"),
+       r"hours[- ]of[- ]service|truck (?:drivers?|driving)|trucking|commercial (?:driver|motor vehicle)s?|\bcdl\b|"
+       r"\bfmcsa\b|hazardous materials? (?:shipping|transport\w*|tables?)|\bhazmat\b|\bphmsa\b|pipeline safety|"
+       r"lithium[- ](?:ion )?batter(?:y|ies)|\bnhtsa\b|seat ?belts?|car seats?|child safety seats?|"
+       r"vehicle (?:recalls?|safety standards)|airbags?|railroad (?:safety|crossings?)|(?-i:\bFRA\b)|transit (?:agenc\w+|systems?)|"
+       r"(?:dot|drug and alcohol) testing (?:of|for) (?:drivers|employees)|dot drug tests?|long-haul"),
+    _p("wildlife", "fish, wildlife and marine rules (FWS, NMFS)", 50, (),
+       r"endangered species (?:act )?(?:permits?|listings?|list)|(?-i:\bESA\b)|migratory birds?|fish and wildlife service|hunting|eagle feathers?|"
+       r"marine mammals?|\bnmfs\b|fishing (?:quotas?|permits?|seasons?)|commercial fishing|whales?|sea turtles?"),
+    # ------------------------------------------------------------------ laws no CFR part governs
+    _p("foreign", "another country's own rules", NOT_FEDERAL, (),
+       r"health canada|\bcfia\b|\befsa\b|european (?:union|commission)|\beu(?:'s)?\b|\bmhra\b|"
+       r"(?:sold|marketed|sell|selling|rules?|laws?|regulations?|requirements?|legal|allowed|banned|approved) in "
+       r"(?:canada|mexico|australia|japan|china|india|europe|the uk|the united kingdom|germany|france|brazil)\b|"
+       r"\b(?:canada|mexico|australia|japan|china|india|the uk|germany|france|brazil)(?:'s| law| rules| regulations)\b|"
+       r"\b(?:canadian|mexican|australian|japanese|chinese|british|german|french|brazilian) (?:law|rules|regulations|"
+       r"requirements|government)\b"),
+    _p("state-law", "a state's own law", NOT_FEDERAL, (),
+       r"prop(?:osition)? 65|\bcalifornia(?:'s)? (?:law|rules|regulations)|"
+       r"\b(?:texas|florida|new york|illinois|ohio|georgia|michigan|washington state)(?:'s)? "
+       r"(?:laws?|statutes?|licens\w+ (?:boards?|laws?))\b"),
+)
+
+
+def named_homes(question: str) -> list[tuple[ProgramHome, str]]:
+    """The programs, agencies and laws the question names, one per family (the first entry of a family that
+    matches), each with the words that named it."""
+    found: list[tuple[ProgramHome, str]] = []
+    families: set[str] = set()
+    for home in PROGRAM_HOMES:
+        if home.family in families:
+            continue
+        match = home.pattern.search(question)
+        if match is not None:
+            families.add(home.family)
+            found.append((home, match.group(0)[:80]))
+    return found

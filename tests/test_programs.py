@@ -1,0 +1,71 @@
+"""The table of where named programs, agencies and laws live (shared.programs): what it names, and that it does
+not mistake the ordinary wording of questions the corpus answers for a rule it does not hold."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shared.programs import NOT_FEDERAL, PROGRAM_HOMES, named_homes
+
+EVAL = Path(__file__).resolve().parents[1] / "eval"
+
+
+@pytest.mark.parametrize("question, family, title", [
+    ("Under the FAA's Part 107 rules, when can I fly a small drone over people?", "aviation", 14),
+    ("What must a public company disclose on Form 8-K after a cyber incident?", "securities", 17),
+    ("How many days does a bank have to investigate an unauthorized debit card charge?", "banking", 12),
+    ("What's the OSHA exposure limit for respirable crystalline silica?", "osha", 29),
+    ("What warning label goes on indoor tanning beds?", "radiological", 21),
+    ("How do I notify FDA of a new dietary ingredient?", "supplement-ndi", 21),
+    ("What safe handling instructions go on packages of raw ground beef?", "fsis", 9),
+    ("Does Medicare cover a power wheelchair?", "medicare", 42),
+    ("How many take-home methadone doses can a new patient get?", "public-health", 42),
+    ("What are the Nutrition Facts font rules for food sold in Canada?", "foreign", NOT_FEDERAL),
+    ("Does Prop 65 require a cancer warning on coffee?", "state-law", NOT_FEDERAL),
+    ("Can a SNAP retailer be fined instead of disqualified?", "snap", 7),
+])
+def test_a_named_program_is_found_with_its_home(question, family, title):
+    found = {home.family: home for home, _ in named_homes(question)}
+    assert family in found and found[family].title == title
+
+
+def test_one_home_per_family_the_specific_one_first():
+    (home, said), = [(h, s) for h, s in named_homes("What is the SNAP gross income limit for a family of four?")
+                     if h.family == "snap"]
+    assert home.parts == ("273",) and "income limit" in said
+    (home, _), = named_homes("Is there a Medicaid copay for a preferred drug?")
+    assert home.parts == ("436", "447")
+
+
+def test_homes_read_as_cfr_references():
+    by_name = {h.name: h for h in PROGRAM_HOMES}
+    assert by_name["Medicare Part D (prescription drug coverage)"].home == "42 CFR part 423"
+    assert by_name["federal tax rules (IRS)"].home == "26 CFR"
+    assert by_name["another country's own rules"].home == "no part of the CFR"
+
+
+def _rows(name: str) -> list[dict]:
+    return [json.loads(line) for line in (EVAL / name).read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("dataset", ["dataset.jsonl", "heldout.jsonl", "heldout2.jsonl"])
+def test_answerable_questions_never_name_only_rules_the_corpus_does_not_hold(dataset):
+    rows = [r for name in ("dataset.jsonl", "heldout.jsonl", "heldout2.jsonl") for r in _rows(name)]
+    # every part a gold section is in is held; a home is held when one of its parts is
+    held_parts = {(int(ref.split()[0]), ref.split()[2].split(".")[0]) for r in rows for ref in r["gold"]}
+    held_titles = {t for t, _ in held_parts}
+
+    def held(home) -> bool:
+        return home.title in held_titles and (not home.parts or any((home.title, p) in held_parts
+                                                                    for p in home.parts))
+
+    wrong = []
+    for row in _rows(dataset):
+        if row["kind"] == "not_found":
+            continue
+        homes = [h for h, _ in named_homes(row["question"])]
+        if homes and not any(held(h) for h in homes):
+            wrong.append((row["id"], row["question"], [h.name for h in homes]))
+    assert wrong == []
