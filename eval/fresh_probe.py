@@ -44,7 +44,16 @@ ANS = [
 ]
 
 
-async def run(dsn: str) -> int:
+def dataset_questions(path) -> tuple[list[str], list[str]]:
+    """The not_found and the answerable questions of a dataset file (eval/dataset.jsonl's format)."""
+    import json
+
+    rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    return ([r["question"] for r in rows if r["kind"] == "not_found"],
+            [r["question"] for r in rows if r["kind"] != "not_found"])
+
+
+async def run(dsn: str, sets: tuple[list[str], list[str]] = (NF, ANS), verbose: bool = True) -> int:
     from services.retriever.search import Searcher
     from services.scorer.confidence import ScorerThresholds
     from services.scorer.gates import pre_gate
@@ -58,14 +67,16 @@ async def run(dsn: str) -> int:
         searcher = Searcher(pool, Settings().model_copy(update={"database_url": dsn}))
         stats = await load_corpus_stats(pool)
         titles = await db.active_titles(pool)
-        for label, questions in (("not_found", NF), ("answerable", ANS)):
+        for label, questions in zip(("not_found", "answerable"), sets):
             refused = 0
             for question in questions:
                 retrieval = await searcher.search(RetrieveRequest(question=question, include_superseded=True))
                 pre = pre_gate(question, retrieval, ScorerThresholds(), corpus_titles=titles, corpus_stats=stats)
                 is_not_found = not pre.proceed and pre.refusal.reason == "not_found"
                 refused += is_not_found
-                print(f"{label:10s} {'REFUSED' if is_not_found else 'proceeds':8s} {question[:80]}")
+                if verbose or (is_not_found != (label == "not_found")):
+                    reason = pre.refusal.reason if not pre.proceed else "proceeds"
+                    print(f"{label:10s} {'REFUSED' if is_not_found else 'proceeds':8s} {reason:15s} {question[:90]}")
             print(f"{label}: {refused}/{len(questions)} refused as not_found\n")
     finally:
         await pool.close()
@@ -78,11 +89,15 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url")
+    parser.add_argument("--dataset", help="a dataset file (e.g. eval/heldout.jsonl) instead of the probe's questions;"
+                        " prints only the questions the gate gets wrong")
     args = parser.parse_args(argv)
     settings = Settings()
     dsn = args.database_url or running_database_url(settings)
     if not dsn:
         sys.exit("no database: pass --database-url, set REGS_DATABASE_URL or start the embedded one with `regs up`")
+    if args.dataset:
+        return asyncio.run(run(dsn, dataset_questions(args.dataset), verbose=False))
     return asyncio.run(run(dsn))
 
 

@@ -549,3 +549,60 @@ def test_extractive_answer_copied_from_the_sections_passes(scorer, name):
     assert res.passed, res.refusal
     assert all(s.supported for s in res.sentences)
     assert all(q.verified for q in res.quotes)
+
+
+def test_a_yearly_amount_the_text_does_not_state_is_not_found():
+    from services.scorer.gates import yearly_amount_year
+
+    assert yearly_amount_year("What is the Medicare Part B standard monthly premium for 2025?") == "2025"
+    assert yearly_amount_year("What is the maximum SNAP allotment in fiscal year 2025?") == "2025"
+    assert yearly_amount_year("What is the FY2024 allotment for a household of one?") == "2024"
+    # a point in time, or no amount asked for: the current rule answers it
+    assert yearly_amount_year("Is psilocybin still Schedule I in 2025?") is None
+    assert yearly_amount_year("As of 2025, how many refills are allowed on a Schedule IV prescription?") is None
+
+    hit = make_hit("21 CFR 133.142", 0.71, 1)
+    question = "How much milkfat did gouda need for 2025, in percent?"
+    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[hit], mode="hybrid", top_k=10,
+                                            embedding_model="m"))
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "2025 amount" in res.refusal.message and res.refusal.evidence[0].cfr_ref == "21 CFR 133.142"
+
+
+def test_another_countrys_law_is_not_found_and_said_to_be_outside_federal_regulation():
+    from shared.scoping import Catalog, CatalogEntry, scope_question
+
+    catalog = Catalog([CatalogEntry("21 CFR 101.9", 21, "101", "101.9", "Nutrition labeling of food")])
+    question = "What font size rules apply to the Nutrition Facts table on food sold in Canada?"
+    scope = scope_question(question, catalog)
+    res = pre_gate(question, RetrieveResult(scope=scope, hits=[make_hit("21 CFR 133.142", 0.7, 1)], mode="hybrid",
+                                            top_k=10, embedding_model="m"), corpus_titles=[21])
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "no federal regulation governs" in res.refusal.message
+    assert res.refusal.evidence[0].detail.endswith("not U.S. federal regulation")
+
+
+def test_a_citation_without_a_title_belongs_to_the_agency_the_question_names():
+    from shared.scoping import Catalog, CatalogEntry, scope_question
+
+    catalog = Catalog([CatalogEntry("21 CFR 107.10", 21, "107", "107.10", "Nutrient information")])
+    scope = scope_question("Under the FAA's Part 107 rules, when can I fly a small drone over people?", catalog)
+    assert scope.citations == [] and [(c.title, c.part) for c in scope.missing_citations] == [(14, "107")]
+    # with no agency named, the held part is the one meant
+    scope = scope_question("What does part 107 require on an infant formula label?", catalog)
+    assert [(c.title, c.part) for c in scope.citations] == [(21, "107")]
+
+
+def test_the_rarest_question_word_in_the_top_hit_counts_for_relevance():
+    from services.scorer.gates import compute_signals
+    from services.scorer.support import CorpusStats
+
+    hit = make_hit("21 CFR 133.142", 0.45, 1)
+    texts = [hit.text] + [f"Schedule {n}: other controlled substances and their listing." for n in range(50)]
+    stats = CorpusStats.from_texts(texts)
+    th = ScorerThresholds()
+    retrieval = RetrieveResult(scope=Scope(), hits=[hit], mode="hybrid", top_k=10, embedding_model="m")
+    anchored = compute_signals("Where is gouda scheduled?", retrieval, th, stats)
+    loose = compute_signals("Where is the controlled substance scheduled?", retrieval, th, stats)
+    assert anchored["rare_anchor"] == 1.0 and loose["rare_anchor"] == 0.0
+    assert anchored["relevance"] > loose["relevance"]

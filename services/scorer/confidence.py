@@ -51,7 +51,7 @@ class ScorerThresholds:
     # --- not_found ------------------------------------------------------------------------------------
     # relevance = top1_similarity + coverage_weight*(idf_coverage - coverage_center)
     #             + agreement_bonus*fulltext_top + specific_subject_bonus*specific_subject
-    #             + margin_weight*similarity_margin
+    #             + margin_weight*similarity_margin + rare_anchor_bonus*rare_anchor
     # not_found when relevance < not_found_min_similarity (settings), unless a cited section exists or a subject
     # named by a rare heading word matched a retrieved section. Weights: logistic regression on the eval set
     # rounded to 0.05 (stable over the 5 folds); threshold: cross-validated, rounded.
@@ -61,6 +61,8 @@ class ScorerThresholds:
     agreement_bonus: float = 0.10  # the top hit is within agreement_top_n of the full-text ranking too
     agreement_top_n: int = 3
     specific_subject_bonus: float = 0.10  # only moves confidence: a specific subject already backs retrieval
+    rare_anchor_bonus: float = 0.10  # the question's rarest word (in <= rare_anchor_df sections) is in the top hit
+    rare_anchor_df: int = 3
     coverage_top_n: int = 5  # IDF-weighted term coverage: the best of this many top hits
     margin_weight: float = 0.0
     hard_floor_similarity: float = 0.15  # below this top-1 cosine nothing else rescues it (bar citations)

@@ -64,6 +64,7 @@ from services.scorer.support import (
     idf_coverage,
     split_sentences,
     stem,
+    question_key_stems,
     stem_set,
     term_coverage,
     tokens,
@@ -347,7 +348,8 @@ _ASKS_FOR_FIGURE = re.compile(
     r"at\s+least|at\s+most|no\s+more\s+than|not\s+(?:less|more)\s+than|limits?|thresholds?|percent(?:age)?s?|"
     r"temperatures?|degrees?|days?|hours?|minutes?|seconds?|weeks?|months?|years?|amounts?|levels?|contents?|"
     r"sizes?|weights?|volumes?|rates?|doses?|dosages?|concentrations?|ppm|mg|milligrams?|grams?|calories|"
-    r"deadlines?|periods?|fees?|costs?|prices?|tolerances?|proportions?|ratios?|quantity|quantities|"
+    r"deadlines?|periods?|fees?|costs?|prices?|tolerances?|proportions?|ratios?|quantity|quantities|dollars?|"
+    r"premiums?|allotments?|deductibles?|"
     r"what\s+(?:percent|temperature|level|amount))\b|%|\$",
     re.I,
 )
@@ -364,6 +366,25 @@ _TEMPORAL_BEFORE = re.compile(
     re.I,
 )
 _TEMPORAL_AFTER = re.compile(r"^\s*(?:version|edition|rule|rules|regulation|regulations|standard|text|cfr|amendment)\b", re.I)
+
+
+_YEARLY_AMOUNT = re.compile(
+    r"\b(?:for|in) (?:the )?(?:fiscal|calendar|plan|crop|school|program|benefit) year (?P<a>(?:19|20)\d\d)\b"
+    r"|\b(?:fy|cy|py) ?(?P<b>(?:19|20)\d\d)\b"
+    r"|\bfor (?P<c>(?:19|20)\d\d)\b"
+    r"|\b(?P<d>(?:19|20)\d\d)(?:[-\u2013/]\d\d)? (?:standard )?(?:premiums?|allotments?|amounts?|limits?|rates?|"
+    r"deductibles?|thresholds?|fees?|levels?|figures?|caps?|maximums?|payments?|adjustments?|guidelines?)\b",
+    re.I,
+)
+
+
+def yearly_amount_year(question: str) -> str | None:
+    """The year of a year-bound amount the question asks for ("the Part B premium for 2025", "the FY2025
+    allotment"): such amounts are announced each year by notice, while the CFR text says how they are figured."""
+    if not asks_for_figure(question):
+        return None
+    match = _YEARLY_AMOUNT.search(question)
+    return next((g for g in match.groups() if g), None) if match else None
 
 
 def question_dates(question: str) -> list[str]:
@@ -503,6 +524,14 @@ def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThreshol
     # holds ("EMTALA", "glyphosate") weighs most
     idf_cov = max((idf_coverage(question, "\n".join([h.heading, h.text, *h.editorial_notes]), corpus_stats)
                    for h in hits[: th.coverage_top_n]), default=0.0)
+    # the question's rarest word that the corpus has at all ("zolpidem": one section) is in the top hit: the
+    # words point at one section however loosely the whole question's meaning matches it
+    rare_anchor = False
+    if hits and corpus_stats is not None:
+        present = [(corpus_stats.df[w], w) for w in question_key_stems(question) if corpus_stats.df.get(w, 0)]
+        if present:
+            df, rarest = min(present)
+            rare_anchor = df <= th.rare_anchor_df and rarest in stem_set(f"{hits[0].heading}\n{hits[0].text}")
     score_margin = 0.0
     if len(hits) > 1 and hits[0].score:
         score_margin = (hits[0].score - hits[1].score) / abs(hits[0].score)
@@ -513,7 +542,8 @@ def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThreshol
     cited_missing = len(scope.missing_citations) + sum(1 for c in scope.citations if not c.exists and c not in scope.missing_citations)
     if any_similarity:
         relevance = (s1 + th.coverage_weight * (idf_cov - th.coverage_center) + th.agreement_bonus * fulltext_top
-                     + th.specific_subject_bonus * specific_subject + th.margin_weight * (s1 - s2))
+                     + th.specific_subject_bonus * specific_subject + th.margin_weight * (s1 - s2)
+                     + th.rare_anchor_bonus * rare_anchor)
     else:  # full-text only: question-term coverage carries it
         relevance = th.not_found_min_similarity + th.coverage_weight * 2 * (idf_cov - 0.6)
     sup_best = max((_sim(h) for h in retrieval.superseded), default=0.0)
@@ -526,6 +556,7 @@ def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThreshol
         "idf_coverage": idf_cov,
         "dense_fulltext_agreement": float(agreement),
         "fulltext_top": float(fulltext_top),
+        "rare_anchor": float(rare_anchor),
         "subject_match": float(subject_match),
         "specific_subject": float(specific_subject),
         "cited_exists": float(cited_exists),
@@ -610,15 +641,23 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     unheld = [p for p in scope.programs if not p.held]
     held_named = bool(cited_existing) or any(p.held for p in scope.programs)
     if unheld and not held_named:
-        homes = [f"{p.title} CFR" + (f" part {p.parts[0]}" if len(p.parts) == 1 else
-                                     f" parts {', '.join(p.parts)}" if p.parts else "") for p in unheld]
-        what = _join([f"{p.name}, governed by {home}" for p, home in zip(unheld, homes)])
+        federal = [p for p in unheld if p.title]
+        other = [p for p in unheld if not p.title]  # a country's or a state's own law: no CFR part at all
+        clauses = []
+        if federal:
+            clauses.append(f"about {_join([f'{p.name}, governed by {p.home}' for p in federal])}, which this corpus "
+                           f"does not hold")
+        if other:
+            clauses.append(f"about {_join([f'{p.name} (“{p.said}”)' for p in other])}, which no federal regulation "
+                           f"governs")
         return _refuse(
             "not_found",
-            f"The question is about {what}, which this corpus does not hold, so no regulation here answers it "
+            f"The question is {' and '.join(clauses)}, so no regulation here answers it "
             f"(searched {_searched_titles(retrieval, corpus_titles)}).",
-            [Evidence(cfr_ref=home, detail=f"named in the question as “{p.said}”; not in the corpus")
-             for p, home in zip(unheld, homes)],
+            [Evidence(cfr_ref=p.home if p.title else "(none)",
+                      detail=f"named in the question as “{p.said}”; " + ("not in the corpus" if p.title else
+                                                                          "not U.S. federal regulation"))
+             for p in unheld],
             signals,
         )
 
@@ -704,6 +743,19 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
                        f"about ({when[3:]}), and the earlier text is not held in this corpus, so it cannot say what "
                        f"applied then.")
             return _refuse("stale", msg, ev, signals)
+
+    # 6b. a yearly amount the text does not state -----------------------------------------------------------
+    year = yearly_amount_year(question)
+    if year and not any(year in h.text for h in hits[: th.pool_size]):
+        top = hits[0]
+        return _refuse(
+            "not_found",
+            f"The question asks for the {year} amount, and no section here states one: amounts like this are "
+            f"set for each year by notice (in the Federal Register), while the regulation's text gives only how "
+            f"they are figured (closest: {top.cfr_ref}).",
+            [_evidence(top, detail=f"closest match; states no figure for {year}")],
+            signals,
+        )
 
     # 7. authority ----------------------------------------------------------------------------------------
     why = {h.cfr_ref: entitlement(h, question, th) for h in hits}
