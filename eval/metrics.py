@@ -248,13 +248,16 @@ def figures(text: str | None) -> list[str]:
 
 
 def unsupported_figures(result: Mapping[str, Any], question: str = "") -> list[str]:
-    """Figures stated in plain_english/legal that appear in none of the answer's quotes nor the question.
+    """Figures stated in plain_english/legal that appear in none of the answer's quotes, the headings of the
+    sections it cites, nor the question.
 
-    The quotes are the verbatim source text the answer rests on; a figure that is in no quote is not shown to
-    be supported by the regulation.
+    The quotes are the verbatim source text the answer rests on and a cited section's heading is its own text
+    ("Individuals who enrolled ... before April 1, 1981"); a figure in neither is not shown to be supported by
+    the regulation.
     """
     stated = figures((result.get("plain_english") or "") + "\n" + (result.get("legal") or ""))
     support = set(figures(" ".join((_get(q, "text") or "") for q in (result.get("quotes") or []))))
+    support |= set(figures(" ".join((_get(c, "heading") or "") for c in (result.get("citations") or []))))
     support |= set(figures(question))
     return sorted({f for f in stated if f not in support})
 

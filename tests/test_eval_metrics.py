@@ -535,3 +535,12 @@ def test_diff_reports_metric_changes_and_flips(tiny_setup, capsys):
     assert "hit@1 flips: 1" in text and "t1 [fact] 0.000 -> 1.000" in text
     assert "refused flips: 1" in text and "t4 [citation] True -> False" in text
     assert "correct flips: 1" in text and "t4 [citation] False -> True" in text
+
+
+def test_a_figure_from_a_cited_sections_heading_is_supported_but_not_one_from_elsewhere():
+    result = {"plain_english": "Under 42 CFR 408.24 (enrolled before April 1, 1981) the penalty is 10 percent.",
+              "legal": "", "quotes": [{"text": "increased by 10 percent"}],
+              "citations": [{"cfr_ref": "42 CFR 408.24", "heading": "Individuals who enrolled before April 1, 1981"}]}
+    assert m.unsupported_figures(result) == []
+    result["plain_english"] += " The window is 7 months."
+    assert m.unsupported_figures(result) == ["7"]
