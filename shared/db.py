@@ -344,11 +344,17 @@ async def section_similarities(
     return {r["section_id"]: float(r["similarity"]) for r in rows}
 
 
-async def active_sections_by_id(conn: asyncpg.Connection | asyncpg.Pool, ids: list[int]) -> dict[int, asyncpg.Record]:
+async def active_sections_by_id(conn: asyncpg.Connection | asyncpg.Pool, ids: list[int],
+                                with_text: bool = True) -> dict[int, asyncpg.Record]:
+    """Active sections by id; ``with_text=False`` leaves the body (text, paragraphs, notes) empty, for callers
+    that show only the metadata (a search result list: 60 KB of text per reply otherwise, up to 400 KB)."""
     if not ids:
         return {}
+    columns = SECTION_COLUMNS if with_text else SECTION_COLUMNS.replace(
+        "s.text, s.paragraphs, s.source_note, s.editorial_notes",
+        "'' AS text, '[]'::jsonb AS paragraphs, s.source_note, '[]'::jsonb AS editorial_notes")
     rows = await conn.fetch(
-        f"SELECT {SECTION_COLUMNS} FROM sections s WHERE {active_rows('s')} AND s.id = ANY($1::bigint[])", ids
+        f"SELECT {columns} FROM sections s WHERE {active_rows('s')} AND s.id = ANY($1::bigint[])", ids
     )
     return {r["id"]: r for r in rows}
 

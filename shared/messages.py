@@ -150,6 +150,7 @@ class RetrieveRequest(Strict):
     mode: Mode | None = None
     scoping: bool | None = None
     include_superseded: bool = False  # the scorer's stale check asks for superseded matches too
+    include_text: bool = True  # the sections' text and paragraphs; a result list (POST /v1/search) needs neither
 
 
 class RetrieveResult(BaseModel):

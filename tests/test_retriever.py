@@ -279,6 +279,15 @@ async def test_names_no_active_section_mentions_are_reported(searcher):
     assert any("HIPAA" in note for note in result.scope.notes)
 
 
+async def test_a_result_list_can_leave_the_section_text_out(searcher):
+    question = "How much milkfat does gouda need?"
+    full = await searcher.search(RetrieveRequest(question=question))
+    bare = await searcher.search(RetrieveRequest(question=question, include_text=False))
+    assert [h.cfr_ref for h in bare.hits] == [h.cfr_ref for h in full.hits] and full.hits[0].text
+    assert all(h.text == "" and h.paragraphs == [] and h.heading for h in bare.hits)
+    assert len(bare.model_dump_json()) < len(full.model_dump_json()) / 3
+
+
 async def test_a_variety_the_corpus_has_no_standard_for_is_reported_absent(searcher):
     feta = await searcher.search(RetrieveRequest(question="Does feta cheese have a standard, and how much milkfat?"))
     assert "feta" in feta.scope.names and feta.scope.absent_names == ["feta"]

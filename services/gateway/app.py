@@ -243,7 +243,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             payload = await state["bus"].request(
                 RETRIEVE, "retrieve",
-                RetrieveRequest(question=body.question, top_k=body.top_k, mode=body.mode, scoping=body.scoping),
+                RetrieveRequest(question=body.question, top_k=body.top_k, mode=body.mode, scoping=body.scoping,
+                                include_text=False),
                 timeout=settings.stage_deadline_s, stage="retrieve")
         except (StageTimeout, StageError) as exc:
             raise fail_stage(exc) from exc

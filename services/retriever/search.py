@@ -247,7 +247,7 @@ class Searcher:
             ranked = sorted(scores, key=lambda sid: -scores[sid])[:top_k]
             missing = [sid for sid in ranked if sid not in similarity]
             similarity.update(await db.section_similarities(conn, missing, vector, model, dim))
-            rows = await db.active_sections_by_id(conn, ranked)
+            rows = await db.active_sections_by_id(conn, ranked, with_text=request.include_text)
             superseded = await db.latest_superseded(conn, [rows[sid]["cfr_ref"] for sid in ranked[:3] if sid in rows]
                                                     + [f"{c.title} CFR {c.section}" for c in scope.citations
                                                        if c.section], vector, model, dim) \
