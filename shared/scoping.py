@@ -10,6 +10,7 @@ heading ("gouda" → 21 CFR 133.142 Gouda cheese), which is how near-identical s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections import defaultdict
@@ -45,7 +46,10 @@ other than standard standards identity same about tell explain mean means progra
 _STEMMER = snowballstemmer.stemmer("english")
 
 
+@functools.lru_cache(maxsize=200_000)
 def _stem(word: str) -> str:
+    # the snowball stemmer is pure Python (~20 µs a word): the catalog stems ~1.2 M heading words at 85k
+    # sections, from a vocabulary of a few tens of thousands
     return _STEMMER.stemWord(word.lower())
 
 
