@@ -63,8 +63,8 @@ def cmd_ingest(args) -> int:
     asyncio.run(db.migrate(settings.database_url))
     request = IngestRequest(title=args.title, source=args.source, parts=args.parts or None, force=args.force)
     record = asyncio.run(ingest_with_progress(settings, request))
-    print(json.dumps({k: record[k] for k in ("run_id", "state", "message", "counts", "error")}, indent=2,
-                     default=str))
+    print(json.dumps({k: record.get(k) for k in ("run_id", "state", "message", "counts", "timings", "error")},
+                     indent=2, default=str))
     return 0 if record["state"] == "succeeded" else 1
 
 

@@ -34,6 +34,8 @@ RATE_LIMITED = Counter("regs_rate_limited_total", "Requests refused with 429")
 INGEST_RUNS = Counter("regs_ingest_runs_total", "Ingest runs by outcome", ["outcome"])
 INGEST_SECTIONS = Counter("regs_ingest_sections_total", "Sections per ingest outcome", ["change"])
 # change: added, changed, removed, unchanged
+INGEST_STAGE_SECONDS = Histogram("regs_ingest_stage_seconds", "Seconds per ingest stage and title", ["stage"],
+                                 buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800))
 ACTIVE_SECTIONS = Gauge("regs_active_sections", "Active sections per title", ["title"])
 
 

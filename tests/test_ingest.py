@@ -237,6 +237,11 @@ async def test_first_ingest_activates_a_version_with_correct_rows(scratch, embed
     assert record["counts"]["added"] == N_406
     assert record["counts"]["changed"] == record["counts"]["removed"] == record["counts"]["unchanged"] == 0
     assert record["counts"]["embedded"] == N_406 and record["counts"]["reused"] == 0
+    # where the run's time went, by stage, on the record and in the metrics
+    assert set(record["timings"]) == {"parse", "embed", "load", "check", "swap"}
+    assert all(seconds >= 0 for seconds in record["timings"].values()) and record["timings"]["embed"] > 0
+    from prometheus_client import REGISTRY
+    assert REGISTRY.get_sample_value("regs_ingest_stage_seconds_count", {"stage": "embed"}) >= 1
     version = await active_version(pool)
     assert record["version_ids"] == [version]
     v = await pool.fetchrow("SELECT * FROM corpus_versions WHERE version_id = $1", version)

@@ -82,6 +82,8 @@ class TitleOutcome:
     checks: dict = field(default_factory=dict)
     message: str = ""
     failed_check: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # embed, load, check, swap
+
 
 
 SECTION_COPY_COLUMNS = [
@@ -255,7 +257,10 @@ class IngestPipeline:
             if request.title is not None:
                 await lock(request.title)  # refuse a duplicate before spending time on parsing
             await report("parsing")
+            started = time.perf_counter()
             by_title = await load_sections(request, self.settings, self._ecfr_client, report)
+            timings: dict[str, float] = {"parse": time.perf_counter() - started}
+            metrics.INGEST_STAGE_SECONDS.labels("parse").observe(timings["parse"])
             for title in sorted(by_title):
                 await lock(title)
             outcomes = []
@@ -267,14 +272,17 @@ class IngestPipeline:
             for outcome in outcomes:
                 for key, value in outcome.counts.items():
                     counts[key] += value
+                for stage, seconds in outcome.seconds.items():
+                    timings[stage] = timings.get(stage, 0.0) + seconds
+            timings = {stage: round(seconds, 3) for stage, seconds in timings.items()}
             failed = [o for o in outcomes if o.failed_check]
             state = "failed" if failed else "succeeded"
             message = "; ".join(o.message for o in outcomes)
             await self.pool.execute(
                 "UPDATE ingest_runs SET state = $2, message = $3, counts = $4, finished_at = now(), "
-                "version_ids = $5, error = $6 WHERE run_id = $1",
+                "version_ids = $5, error = $6, timings = $7 WHERE run_id = $1",
                 run_id, state, message, dict(counts), [o.version_id for o in outcomes if o.version_id],
-                "; ".join(o.message for o in failed) or None,
+                "; ".join(o.message for o in failed) or None, timings,
             )
             metrics.INGEST_RUNS.labels(state).inc()
             for key in ("added", "changed", "removed", "unchanged"):
@@ -422,28 +430,42 @@ class IngestPipeline:
             " embedding_recipe) VALUES ($1, 'staged', $2, $3, $4, $5, $6, $7) RETURNING version_id",
             title, request.source, _latest_date(parsed), model, self.embedder.dim, run_id, recipe,
         )
+        seconds: dict[str, float] = {}
+        clock = time.perf_counter()
+
+        def lap(stage: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            seconds[stage] = now - clock
+            metrics.INGEST_STAGE_SECONDS.labels(stage).observe(seconds[stage])
+            clock = now
+
         try:
             embedded = await self._embed(to_embed, title, report)
+            lap("embed")
             counts["embedded"] = len(to_embed)
             counts["reused"] = len(reuse)
             await report(f"title {title}: loading", len(incoming), len(incoming))
             await self._load(version_id, title, incoming, embedded, reuse, [r["id"] for r in carried], model)
+            lap("load")
             await report(f"title {title}: checking", len(incoming), len(incoming))
             checks = await self._check(version_id, title, len(active), len(in_scope_active), scope, model,
                                        set(embedded))
+            lap("check")
             if not checks["passed"]:
                 await asyncio.shield(self._discard(version_id, f"check {checks['failed_check']} failed"))
-                return TitleOutcome(title, version_id, counts, activated=False, checks=checks,
+                return TitleOutcome(title, version_id, counts, activated=False, checks=checks, seconds=seconds,
                                     failed_check=checks["failed_check"],
                                     message=f"title {title}: check {checks['failed_check']} failed: "
                                             f"{checks['failure']}; version {version_id} discarded, the active "
                                             f"version keeps serving")
             old = await self._swap(version_id, title)
+            lap("swap")
         except BaseException as exc:
             # shielded: a second cancel must not leave the staged rows behind
             await asyncio.shield(self._discard(version_id, f"{type(exc).__name__}: {exc}"[:500]))
             raise
-        return TitleOutcome(title, version_id, counts, activated=True, checks=checks,
+        return TitleOutcome(title, version_id, counts, activated=True, checks=checks, seconds=seconds,
                             message=f"title {title}: version {version_id} active (was {old}; {counts['added']} "
                                     f"added, {counts['changed']} changed, {counts['removed']} removed, "
                                     f"{counts['unchanged']} unchanged, {counts['carried']} carried; "
