@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_ingest.py [--limit-sections N] [--repeats 3] [--refresh-sections 50]
                                            [--database-url URL] [--corpus data/corpus]
+    .venv/bin/python bench/bench_ingest.py --e2e --database-url URL      # the whole ingest, stage by stage
 
 ``--limit-sections N`` takes the first N sections of the shipped corpus (default: all of it). The load runs in
 scratch databases (``regs_bench_<uuid>``, created, migrated and dropped) on ``--database-url`` /
@@ -239,6 +240,38 @@ async def bench_load(base_url: str, sections, vectors, model: str, dim: int, rep
     }
 
 
+async def bench_end_to_end(base_url: str, corpus: Path) -> dict:
+    """``regs ingest`` of the whole shipped corpus into an empty database: the pipeline as it runs (parse, embed,
+    COPY, checks, the activating swap with its lexeme postings), its own stage timings from the run record."""
+    from services.ingest.pipeline import IngestPipeline
+    from shared import db
+    from shared.config import Settings
+    from shared.messages import IngestRequest
+
+    name, url = await _scratch_db(base_url)
+    try:
+        settings = Settings().model_copy(update={"database_url": url})
+        pool = await db.create_pool(url, max_size=4)
+        try:
+            pipeline = IngestPipeline(pool, settings)
+            started = time.perf_counter()
+            pipeline.embedder  # the model loads before the clock that matters
+            model_load_s = time.perf_counter() - started
+            started = time.perf_counter()
+            record = await pipeline.run(IngestRequest(source=str(corpus)))
+            seconds = time.perf_counter() - started
+            windows = await pool.fetchval("SELECT count(*) FROM section_windows WHERE status = 'active'")
+        finally:
+            await pool.close()
+    finally:
+        await _drop_db(base_url, name)
+    sections = record["counts"].get("added", 0)
+    return {"state": record["state"], "sections": sections, "windows": windows, "seconds": round(seconds, 1),
+            "sections_per_s": round(sections / seconds, 1), "timings_s": record.get("timings"),
+            "embed_sections_per_s": round(sections / record["timings"]["embed"], 1) if record.get("timings") else None,
+            "model_load_s": round(model_load_s, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=ROOT / "data" / "corpus")
@@ -250,10 +283,19 @@ def main() -> None:
                              "uses those real vectors resampled (+ small noise, renormalised) for the other "
                              "sections — reported as load.vectors = 'resampled'")
     parser.add_argument("--database-url", default=os.environ.get("REGS_DATABASE_URL"))
+    parser.add_argument("--e2e", action="store_true",
+                        help="only the end-to-end ingest of the whole corpus into an empty database, with the "
+                             "pipeline's own stage timings")
     args = parser.parse_args()
 
     from shared.config import Settings
 
+    if args.e2e:
+        if not args.database_url:
+            sys.exit("--e2e needs --database-url (or REGS_DATABASE_URL): a server it can create a scratch database on")
+        print(json.dumps({"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
+                          "e2e": asyncio.run(bench_end_to_end(args.database_url, args.corpus))}, indent=2))
+        return
     settings = Settings()
     sections, parse = bench_parse(args.corpus, args.limit_sections, args.repeats)
     embedded_sections = sections
