@@ -67,7 +67,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"students?|able-bodied|abawds?)\b.*\b(?:snap|food stamps?)\b|"
        r"(?:am i|are we|is (?:my|our) (?:family|household)|can (?:i|we|my \w+)) (?:\w+ ){0,3}(?:get|receive|qualify for)"
        r" (?:\w+ ){0,2}(?:snap|food stamps?)|maximum (?:monthly )?(?:snap |food stamp )?allotments?|"
-       r"(?:snap|food stamp) benefit amounts?"),
+       r"(?:snap|food stamp) benefit amounts?|how many months\b.{0,60}\b(?:snap|food stamps?)\b|"
+       r"\b(?:snap|food stamps?)\b.{0,60}\btime limits?\b"),
     _p("snap", "SNAP", 7, ("271", "272", "274", "275", "276", "277", "278", "279", "280"),
        r"\bsnap\b|food stamps?|supplemental nutrition assistance"),
     _p("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food"),
@@ -80,8 +81,11 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"bioengineered|\bgmos?\b|genetically (?:modified|engineered) (?:food|ingredient|crop)s?"),
     _p("cool", "country of origin labeling of meat, fish and produce (COOL)", 7, ("60", "65"),
        r"country[- ]of[- ]origin label\w*|\bcool\b (?:label\w*|rules?)"),
-    _p("grading", "USDA grade standards for fruits, vegetables, meat and eggs", 7, ("51", "52", "54", "56"),
-       r"usda grade|u\.s\. (?:no\. 1|fancy|choice|prime)|usda (?:prime|choice) beef"),
+    _p("grading", "USDA grade standards (maple syrup, eggs, butter, beef, fruit and vegetables)", 7,
+       ("51", "52", "56", "58"),
+       r"\bgrades? (?:of|for) (?:maple|eggs?|butter|beef|honey|fruits?|vegetables?|apples?|potatoes?)|"
+       r"(?:color|quality) grades?\b|grade (?:a|aa|b) (?:eggs|butter|maple)|usda grade|u\.s\. (?:no\. 1|fancy|choice|prime)|"
+       r"usda (?:prime|choice) beef"),
     _p("crop-insurance", "federal crop insurance", 7, ("400", "457"), r"crop insurance|\brma\b|\bnap\b coverage"),
     _p("farm-programs", "Farm Service Agency loans and farm programs", 7, ("761", "762", "764", "765", "1400", "1412"),
        r"farm service agency|\bfsa\b (?:farm )?loans?|farm (?:ownership|operating) loans?|"
@@ -159,6 +163,11 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"durable medical equipment|\bdme\b|wheelchairs?|telehealth|physician fee schedule|"
        r"(?:does|will|would|can) medicare (?:cover|pay)|medicare (?:coverage of|covers?)|ambulance|"
        r"advance beneficiary notice|\babn\b"),
+    _p("medicare", "Medicare coverage of skilled nursing facility care (the 3-day hospital stay rule)", 42, ("409",),
+       r"(?:3|three)-day (?:inpatient |hospital )*(?:stay|rule)|(?:cover\w*|pay\w*) (?:for )?(?:a |an |the )?"
+       r"(?:skilled nursing|snf|nursing home) (?:care|stays?)|(?:skilled nursing|snf) (?:care|stays?) coverage"),
+    _p("medicare", "Medicare hospital inpatient rules (two-midnight, observation status)", 42, ("412",),
+       r"two-midnight|observation (?:status|stays?)"),
     _p("medicare", "Medicare hospice and home health", 42, ("418", "484"), r"hospice|home health"),
     _p("medicare", "Medicare claims appeals", 42, ("405",),
        r"medicare (?:claims? )?appeals?|appeal (?:a |my )?medicare|reconsideration by a qic"),
@@ -177,6 +186,12 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bcdc\b|quarantine|isolation orders?|communicable diseases? (?:control|between states)"),
     _p("public-health", "opioid treatment program take-home and treatment standards (SAMHSA)", 42, ("8",),
        r"take-home (?:doses?|methadone|medications?)|methadone (?:clinics?|take-homes?)"),
+    _p("public-health", "ClinicalTrials.gov registration and results reporting", 42, ("11",),
+       r"clinicaltrials\.gov|clinical trials? registration|register (?:a |the |my |our )?clinical trials?|"
+       r"(?:post|report|submit)\w* (?:trial )?results (?:information )?(?:to|on) clinicaltrials"),
+    _p("public-health", "the Indian Health Service", 42, ("136",), r"indian health service|(?-i:\bIHS\b)"),
+    _p("public-health", "the vaccine injury compensation program", 42, ("100",),
+       r"vaccine injur\w+|vaccine (?:injury )?compensation"),
     _p("public-health", "the 340B drug pricing program", 42, ("10",), r"\b340b\b"),
     _p("public-health", "organ procurement and transplantation", 42, ("121", "486"),
        r"organ (?:transplant\w*|procurement|donation)|\boptn\b|transplant (?:lists?|waiting)"),
@@ -186,6 +201,11 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"expansion (?:group|adults?)|adult group|medicaid expansion|"
        r"(?:am i|are we|is (?:my|our|he|she)|who is|who's|how (?:do|can) (?:i|we|you)) (?:\w+ ){0,3}(?:eligible for|qualify for) medicaid|"
        r"medicaid (?:eligibility|income limits?|asset limits?|spend-?down)"),
+    _p("medicaid", "Medicaid estate recovery and liens", 42, ("433",),
+       r"estate recovery|(?:go after|recover\w* (?:from|against)|claims? against|take) (?:\w+ ){0,3}(?:estate|house|home)\b"
+       r"(?! health)|medicaid liens?"),
+    _p("medicaid", "Medicaid eligibility for long-term care (transfers of assets, spousal impoverishment)", 42, ("435",),
+       r"look-?back period|transfers? of assets|spousal impoverishment|community spouse"),
     _p("medicaid", "Medicaid home and community-based services", 42, ("441",),
        r"home and community[- ]based|\bhcbs\b|1915\s*\(c\)|personal care services"),
     _p("medicaid", "Medicaid managed care", 42, ("438",), r"managed care"),
@@ -193,6 +213,9 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"(?-i:\bCHIP\b)|children's health insurance"),
     _p("medicaid", "Medicaid", 42, ("436", "447"), r"\bmedicaid\b"),
     # ------------------------------------------------------------------ other titles: agencies and laws people name
+    _p("grants", "federal grant rules (the Uniform Guidance)", 2, ("200",),
+       r"uniform guidance|2 cfr (?:part )?200|federal grants?\b|grant (?:recipients?|awards?|applications?)|"
+       r"single audits?|indirect cost rates?"),
     _p("opm", "federal employment, pay, leave and benefits (OPM)", 5, (),
        r"\bopm\b|office of personnel management|federal employees?\b|\bfehb\b|thrift savings plan|"
        r"federal (?:civil service|government jobs?)"),
@@ -278,6 +301,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("eeoc", "employment discrimination rules (EEOC)", 29, ("1604", "1625", "1630"),
        r"\beeoc\b|equal employment opportunity|(?:workplace|employment|hiring|pay|age|pregnancy) discrimination|"
        r"sexual harassment|reasonable accommodations? (?:for|at) work"),
+    _p("prisons", "federal prisons (Bureau of Prisons)", 28, ("540", "541", "545"),
+       r"bureau of prisons|federal (?:prisons?|inmates?)|(?-i:\bBOP\b)|prison (?:visits?|visitation|mail)|inmates?"),
     _p("mining", "mine safety and offshore energy rules", 30, (),
        r"\bmsha\b|mine safety|coal mines?|offshore (?:oil|drilling|leases?|wind)|\bboem\b|\bbsee\b"),
     _p("treasury", "sanctions and anti-money-laundering rules (OFAC, FinCEN)", 31, (),
@@ -322,6 +347,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bccdf\b|welfare (?:benefits|to work)"),
     _p("hhs-research", "the Common Rule for human subjects research", 45, ("46",),
        r"common rule|45 cfr (?:part )?46|federally funded (?:human )?research"),
+    _p("peace-corps", "the Peace Corps", 22, ("305",),
+       r"peace corps (?:volunteers?'? )?(?:applications?|eligibility|service|benefits|medical clearance|readjustment)"),
+    _p("selective-service", "Selective Service registration", 32, ("1615",),
+       r"selective service|draft registration|register for the draft"),
     _p("maritime", "shipping and maritime rules", 46, (),
        r"merchant mariners?|vessel (?:documentation|inspections?)|ocean (?:freight|shipping|carriers?)|"
        r"federal maritime commission|cruise ships?"),
@@ -329,6 +358,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bfcc\b|federal communications|robocalls?|\btcpa\b|closed caption\w*|broadcast\w*|amateur radio|"
        r"ham radio|spectrum (?:licen\w+|auctions?)|cell(?:ular)? (?:towers?|phones? carriers?)|net neutrality|\bcpni\b|\b911\b|"
        r"text messages? marketing|telephone (?:consumer|carriers?)"),
+    _p("tsa", "airport and transportation security (TSA)", 49, ("1540", "1544"),
+       r"\btsa\b|airport security|security checkpoints?|carry-on (?:bags?|luggage|liquids|items)|precheck"),
     _p("dot", "transportation rules (FMCSA, PHMSA, NHTSA, FRA, FTA)", 49, ("171", "382", "391", "395", "571"),
        r"hours[- ]of[- ]service|truck (?:drivers?|driving)|trucking|commercial (?:driver|motor vehicle)s?|\bcdl\b|"
        r"\bfmcsa\b|hazardous materials? (?:shipping|transport\w*|tables?)|\bhazmat\b|\bphmsa\b|pipeline safety|"
@@ -339,6 +370,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"endangered species (?:act )?(?:permits?|listings?|list)|(?-i:\bESA\b)|migratory birds?|fish and wildlife service|hunting|eagle feathers?|"
        r"marine mammals?|\bnmfs\b|fishing (?:quotas?|permits?|seasons?)|commercial fishing|whales?|sea turtles?"),
     # ------------------------------------------------------------------ laws no CFR part governs
+    _p("no-rule", "religious dietary certification (kosher, halal), which no federal regulation defines",
+       NOT_FEDERAL, (), r"\bkosher\b|\bhalal\b"),
     _p("foreign", "another country's own rules", NOT_FEDERAL, (),
        r"health canada|\bcfia\b|\befsa\b|european (?:union|commission)|\beu(?:'s)?\b|\bmhra\b|"
        r"(?:sold|marketed|sell|selling|rules?|laws?|regulations?|requirements?|legal|allowed|banned|approved) in "
@@ -346,8 +379,11 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\b(?:canada|mexico|australia|japan|china|india|the uk|germany|france|brazil)(?:'s| law| rules| regulations)\b|"
        r"\b(?:canadian|mexican|australian|japanese|chinese|british|german|french|brazilian) (?:law|rules|regulations|"
        r"requirements|government)\b"),
-    _p("state-law", "a state's own law", NOT_FEDERAL, (),
-       r"prop(?:osition)? 65|\bcalifornia(?:'s)? (?:law|rules|regulations)|"
+    _p("state-law", "a state's or a locality's own law", NOT_FEDERAL, (),
+       r"prop(?:osition)? 65|\bcalifornia(?:'s)? (?:law|rules|regulations)|cottage food|"
+       r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks?|"
+       r"food handler(?:'s|s)? (?:cards?|permits?|licen\w+)|prescription drug monitoring program|\bpdmps?\b|"
+       r"(?:marijuana|cannabis) dispensar(?:y|ies)|liquor licen\w+|business licen\w+|zoning|"
        r"\b(?:texas|florida|new york|illinois|ohio|georgia|michigan|washington state)(?:'s)? "
        r"(?:laws?|statutes?|licens\w+ (?:boards?|laws?))\b"),
 )

@@ -25,6 +25,12 @@ EVAL = Path(__file__).resolve().parents[1] / "eval"
     ("What are the Nutrition Facts font rules for food sold in Canada?", "foreign", NOT_FEDERAL),
     ("Does Prop 65 require a cancer warning on coffee?", "state-law", NOT_FEDERAL),
     ("Can a SNAP retailer be fined instead of disqualified?", "snap", 7),
+    ("Can the state take my late mother's house to pay back Medicaid?", "medicaid", 42),
+    ("Does Medicare need a 3-day hospital stay before covering rehab in a nursing home?", "medicare", 42),
+    ("What's the rule for putting a kosher symbol on a label?", "no-rule", NOT_FEDERAL),
+    ("What are the cottage food rules for selling jam from home?", "state-law", NOT_FEDERAL),
+    ("How do I register our clinical trial on ClinicalTrials.gov?", "public-health", 42),
+    ("What costs can a university charge to a federal grant?", "grants", 2),
 ])
 def test_a_named_program_is_found_with_its_home(question, family, title):
     found = {home.family: home for home, _ in named_homes(question)}
