@@ -281,6 +281,16 @@ def _match_subjects(question_tokens: list[str], catalog: Catalog) -> list[Subjec
             for (term, specific), refs in grouped.items()]
 
 
+_MEASURED = re.compile(
+    r"\b(?:how much|how many|what (?:percent(?:age)?|share|amount|level|proportion) of|minimum|maximum|max|min)\s+"
+    r"(?P<x>[a-z][a-z' -]{0,40}?)\s+(?:does|do|did|must|can|may|should|is|are|has|have|will|in|for)\b", re.I)
+
+
+def _measured_words(question: str) -> set[str]:
+    """Stems in the measured slot of "how much X does Y ...": what is measured, not what it is measured in."""
+    return {t for m in _MEASURED.finditer(question) for t in tokens(m.group("x"))}
+
+
 def scope_question(question: str, catalog: Catalog) -> Scope:
     """What the question is about: citations (resolved), title hints, named subjects. See module doc."""
     scope = Scope()
@@ -332,7 +342,16 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
     scope.names += [w for w in catalog.variety_words(question) if not any(w in n for n in scope.names)]
     cited_refs = {f"{c.title} CFR {c.section}" for c in scope.citations if c.section}
     question_tokens = tokens(re.sub(r"§+\s*[\d.a-z()]+", " ", question))
-    for subject in _match_subjects(question_tokens, catalog):
+    subjects = _match_subjects(question_tokens, catalog)
+    measured = _measured_words(question)
+    if len(subjects) > 1 and measured:
+        # "how much chocolate liquor does milk chocolate have to contain": the heading named in the measured
+        # slot is an ingredient or attribute of the subject, not the subject
+        attributes = [s for s in subjects if set(s.term.split()) <= measured]
+        if attributes and len(attributes) < len(subjects):
+            subjects = [s.model_copy(update={"specific": False, "coverage": [round(c * 0.5, 3) for c in s.coverage]})
+                        if s in attributes else s for s in subjects]
+    for subject in subjects:
         kept = [(r, c) for r, c in zip(subject.cfr_refs, subject.coverage) if r not in cited_refs]
         if kept:
             scope.subjects.append(SubjectMatch(term=subject.term, cfr_refs=[r for r, _ in kept],

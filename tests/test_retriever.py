@@ -279,6 +279,19 @@ async def test_names_no_active_section_mentions_are_reported(searcher):
     assert any("HIPAA" in note for note in result.scope.notes)
 
 
+def test_a_heading_named_as_the_measured_attribute_is_not_the_subject():
+    catalog = Catalog([CatalogEntry(f"21 CFR {s}", 21, "163", s, h) for s, h in [
+        ("163.111", "Chocolate liquor"), ("163.130", "Milk chocolate"), ("163.123", "Sweet chocolate"),
+        ("163.124", "White chocolate"), ("163.135", "Buttermilk chocolate"), ("163.140", "Skim milk chocolate")]])
+    scope = scope_question("How much chocolate liquor does milk chocolate have to contain?", catalog)
+    coverage = {r: c for s in scope.subjects for r, c in zip(s.cfr_refs, s.coverage)}
+    assert coverage["21 CFR 163.130"] > coverage["21 CFR 163.111"]
+    assert not any(s.specific for s in scope.subjects if "21 CFR 163.111" in s.cfr_refs)
+    # named alone, the same heading is the subject
+    alone = scope_question("What is chocolate liquor?", catalog)
+    assert [r for s in alone.subjects for r in s.cfr_refs][:1] == ["21 CFR 163.111"]
+
+
 async def test_a_result_list_can_leave_the_section_text_out(searcher):
     question = "How much milkfat does gouda need?"
     full = await searcher.search(RetrieveRequest(question=question))
