@@ -68,7 +68,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"(?:am i|are we|is (?:my|our) (?:family|household)|can (?:i|we|my \w+)) (?:\w+ ){0,3}(?:get|receive|qualify for)"
        r" (?:\w+ ){0,2}(?:snap|food stamps?)|maximum (?:monthly )?(?:snap |food stamp )?allotments?|"
        r"(?:snap|food stamp) benefit amounts?|how many months\b.{0,60}\b(?:snap|food stamps?)\b|"
-       r"\b(?:snap|food stamps?)\b.{0,60}\btime limits?\b"),
+       r"\b(?:snap|food stamps?)\b.{0,60}\btime limits?\b|maximum (?:monthly )?(?:snap|food stamp) benefits?"),
     _p("snap", "SNAP", 7, ("271", "272", "274", "275", "276", "277", "278", "279", "280"),
        r"\bsnap\b|food stamps?|supplemental nutrition assistance"),
     _p("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food"),
@@ -164,7 +164,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"(?:does|will|would|can) medicare (?:cover|pay)|medicare (?:coverage of|covers?)|ambulance|"
        r"advance beneficiary notice|\babn\b"),
     _p("medicare", "Medicare coverage of skilled nursing facility care (the 3-day hospital stay rule)", 42, ("409",),
-       r"(?:3|three)-day (?:inpatient |hospital )*(?:stay|rule)|(?:cover\w*|pay\w*) (?:for )?(?:a |an |the )?"
+       r"(?:3|three)-day (?:inpatient |hospital )*(?:stay|rule)|(?:how many |number of )?days (?:in|of) (?:a )?"
+       r"(?:skilled nursing|snf)\b|(?:cover\w*|pay\w*) (?:for )?(?:a |an |the )?"
        r"(?:skilled nursing|snf|nursing home) (?:care|stays?)|(?:skilled nursing|snf) (?:care|stays?) coverage"),
     _p("medicare", "Medicare hospital inpatient rules (two-midnight, observation status)", 42, ("412",),
        r"two-midnight|observation (?:status|stays?)"),

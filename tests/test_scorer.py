@@ -606,3 +606,12 @@ def test_the_rarest_question_word_in_the_top_hit_counts_for_relevance():
     loose = compute_signals("Where is the controlled substance scheduled?", retrieval, th, stats)
     assert anchored["rare_anchor"] == 1.0 and loose["rare_anchor"] == 0.0
     assert anchored["relevance"] > loose["relevance"]
+
+
+def test_a_year_counts_as_stated_only_beside_an_amount():
+    from services.scorer.gates import states_amount_for_year
+
+    assert states_amount_for_year("For fiscal year 2025 the maximum allotment is $975 for four persons.", "2025")
+    assert states_amount_for_year("In 2025 the penalty rises to 12 percent.", "2025")
+    assert not states_amount_for_year("This section is effective October 1, 2025. " + "x " * 80 + "$5", "2025")
+    assert not states_amount_for_year("The premium is figured as described in paragraph (b).", "2025")

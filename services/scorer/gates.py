@@ -387,6 +387,16 @@ def yearly_amount_year(question: str) -> str | None:
     return next((g for g in match.groups() if g), None) if match else None
 
 
+def states_amount_for_year(text: str, year: str, reach: int = 100) -> bool:
+    """Whether the text gives an amount for the year: the year within ``reach`` characters of a dollar or
+    percent figure (an effective date or an amendment note that names the year states no amount for it)."""
+    for match in re.finditer(rf"\b{re.escape(year)}\b", text):
+        near = text[max(0, match.start() - reach): match.end() + reach]
+        if re.search(r"\$\s?\d|\d\s?(?:%|percent)", near):
+            return True
+    return False
+
+
 def question_dates(question: str) -> list[str]:
     """Point-in-time dates the question asks about ("in 1991", "as of March 1, 2015", "the 2010 rule"), ISO.
 
@@ -746,7 +756,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
 
     # 6b. a yearly amount the text does not state -----------------------------------------------------------
     year = yearly_amount_year(question)
-    if year and not any(year in h.text for h in hits[: th.pool_size]):
+    if year and not any(states_amount_for_year(h.text, year) for h in hits[: th.pool_size]):
         top = hits[0]
         return _refuse(
             "not_found",
