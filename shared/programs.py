@@ -66,7 +66,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"students?|able-bodied|abawds?|work requirements?)\b|\b(?:income limits?|resource limits?|assets?|college "
        r"students?|able-bodied|abawds?)\b.*\b(?:snap|food stamps?)\b|"
        r"(?:am i|are we|is (?:my|our) (?:family|household)|can (?:i|we|my \w+)) (?:\w+ ){0,3}(?:get|receive|qualify for)"
-       r" (?:\w+ ){0,2}(?:snap|food stamps?)|maximum (?:monthly )?(?:snap |food stamp )?allotments?|"
+       r" (?:snap|food stamps?)(?! benefits? (?:replaced|back|reissued))|maximum (?:monthly )?(?:snap |food stamp )?allotments?|"
        r"(?:snap|food stamp) benefit amounts?|how many months\b.{0,60}\b(?:snap|food stamps?)\b|"
        r"\b(?:snap|food stamps?)\b.{0,60}\btime limits?\b|maximum (?:monthly )?(?:snap|food stamp) benefits?"),
     _p("snap", "SNAP", 7, ("271", "272", "274", "275", "276", "277", "278", "279", "280"),

@@ -60,9 +60,13 @@ _STOP |= {_stem(w) for w in _STOP}  # they are compared with stemmed tokens
 _SCHEDULE = re.compile(r"\bschedules?\s+(i{1,3}|iv|v)\b(?!['\u2019])")
 
 
+# the CFR's own spellings of words people spell today's way ("Maple sirup", 21 CFR 168.140)
+_CFR_SPELLING = {"syrup": "sirup", "syrups": "sirups"}
+
+
 def tokens(text: str) -> list[str]:
     text = _SCHEDULE.sub(lambda m: "schedule" + m.group(1), text.lower())
-    return [_stem(t) for t in re.findall(r"[a-z0-9&]+(?:'[a-z]+)?", text)]
+    return [_stem(_CFR_SPELLING.get(t, t)) for t in re.findall(r"[a-z0-9&]+(?:'[a-z]+)?", text)]
 
 
 @dataclass(frozen=True)

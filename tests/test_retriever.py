@@ -279,6 +279,13 @@ async def test_names_no_active_section_mentions_are_reported(searcher):
     assert any("HIPAA" in note for note in result.scope.notes)
 
 
+def test_the_cfrs_old_spellings_are_matched():
+    catalog = Catalog([CatalogEntry("21 CFR 168.140", 21, "168", "168.140", "Maple sirup"),
+                       CatalogEntry("21 CFR 168.110", 21, "168", "168.110", "Dextrose anhydrous")])
+    scope = scope_question("What's the minimum sugar solids for maple syrup?", catalog)
+    assert [r for s in scope.subjects for r in s.cfr_refs] == ["21 CFR 168.140"]
+
+
 def test_a_heading_named_as_the_measured_attribute_is_not_the_subject():
     catalog = Catalog([CatalogEntry(f"21 CFR {s}", 21, "163", s, h) for s, h in [
         ("163.111", "Chocolate liquor"), ("163.130", "Milk chocolate"), ("163.123", "Sweet chocolate"),
