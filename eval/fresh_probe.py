@@ -46,9 +46,9 @@ ANS = [
 
 def dataset_questions(path) -> tuple[list[str], list[str]]:
     """The not_found and the answerable questions of a dataset file (eval/dataset.jsonl's format)."""
-    import json
+    from eval.harness import load_dataset
 
-    rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    rows = load_dataset(path)
     return ([r["question"] for r in rows if r["kind"] == "not_found"],
             [r["question"] for r in rows if r["kind"] != "not_found"])
 

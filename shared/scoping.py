@@ -175,10 +175,11 @@ class Catalog:
                 df[word] += 1
                 if word not in _STOP:
                     self.token_index[word].add(entry.cfr_ref)
-            ordered = [t for t in tokens(entry.heading) if t not in _FUNCTION and len(t) > 1]
+            heading_tokens = tokens(entry.heading)
+            ordered = [t for t in heading_tokens if t not in _FUNCTION and len(t) > 1]
             for pair in _bigrams(ordered):
                 self.bigram_index[pair].add(entry.cfr_ref)
-            if 2 <= len(ordered) <= 4 and ordered[-1].isalpha() and len(ordered) == len(tokens(entry.heading)):
+            if 2 <= len(ordered) <= 4 and ordered[-1].isalpha() and len(ordered) == len(heading_tokens):
                 ends[(entry.title, entry.part, ordered[-1])] += 1
         # counted over bare noun phrases ("Gouda cheese", "Light cream"), not headings with function words
         # ("Issuance of import permit"), where a merely frequent word ends them too
@@ -372,6 +373,6 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
     for subject in scope.subjects:
         scope.notes.append(f"subject '{subject.term}': " + ", ".join(subject.cfr_refs))
     for program in scope.programs:
-        home = f"{program.title} CFR" + (f" part {', '.join(program.parts)}" if program.parts else "")
-        scope.notes.append(f"names {program.name} ({home}): " + ("held" if program.held else "not in this corpus"))
+        scope.notes.append(f"names {program.name} ({program.home}): "
+                           + ("held" if program.held else "not in this corpus"))
     return scope

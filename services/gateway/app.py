@@ -55,7 +55,6 @@ class Problem(Exception):
         self.status, self.detail, self.extra = status, detail, extra
 
 
-
 _CSP = ("default-src 'self'; script-src 'self' https://cdn.jsdelivr.net; style-src 'self' 'unsafe-inline' "
         "https://cdn.jsdelivr.net; img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; "
         "frame-ancestors 'none'; base-uri 'none'; form-action 'self'")

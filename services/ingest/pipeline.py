@@ -85,7 +85,6 @@ class TitleOutcome:
     seconds: dict[str, float] = field(default_factory=dict)  # embed, load, check, swap
 
 
-
 SECTION_COPY_COLUMNS = [
     "id", "version_id", "status", "title", "chapter", "subchapter", "part", "part_heading", "subpart",
     "subject_group", "section", "kind", "heading", "agency", "cfr_ref", "text", "paragraphs", "source_note",
