@@ -240,6 +240,23 @@ async def question_lexemes(conn: asyncpg.Connection | asyncpg.Pool, question: st
     return [r["lexeme"] for r in rows]
 
 
+async def lexeme_presence(conn: asyncpg.Connection | asyncpg.Pool, section_ids: list[int],
+                          lexemes: list[str]) -> dict[int, dict[str, set[str]]]:
+    """Which of ``lexemes`` each active section holds, and where: the tsvector weight labels ('A' heading,
+    'B' hierarchy, 'D' text). Reads the candidates' own tsvectors, so the cost follows the few sections asked for."""
+    if not section_ids or not lexemes:
+        return {}
+    rows = await conn.fetch(
+        f"SELECT s.id, u.lexeme, u.weights FROM sections s, unnest(s.tsv) AS u "
+        f"WHERE s.id = ANY($1::bigint[]) AND {active_rows('s')} AND u.lexeme = ANY($2::text[])",
+        section_ids, lexemes,
+    )
+    out: dict[int, dict[str, set[str]]] = {}
+    for r in rows:
+        out.setdefault(r["id"], {})[r["lexeme"]] = set(r["weights"])
+    return out
+
+
 async def index_lexemes(conn: asyncpg.Connection, version_id: int) -> int:
     """Write the full-text postings of a version's sections (at its activation, in the swap transaction): one row
     per lexeme of each section's tsvector, weighted by its ts_rank there (heading A above hierarchy B above text D,

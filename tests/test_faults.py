@@ -64,9 +64,13 @@ def _ready(url: str, timeout: float = 120.0) -> None:
     _until(lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200, timeout, what=f"{url}/readyz 200")
 
 
-def _worker_ready(port: int, timeout: float = 120.0) -> None:
-    _until(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200, timeout,
-           what=f"worker on :{port} ready")
+def _worker_ready(port: int, timeout: float = 120.0, log: Path | None = None) -> None:
+    try:
+        _until(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200, timeout,
+               what=f"worker on :{port} ready")
+    except AssertionError as exc:
+        tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else "(no log)"
+        raise AssertionError(f"{exc}\n--- {log} ---\n{tail}") from None
 
 
 def _redis(live_stack) -> redis.Redis:
@@ -127,7 +131,7 @@ def test_generator_killed_mid_request_is_reclaimed_by_a_fresh_consumer(live_stac
         })
         fresh = None
         try:
-            _worker_ready(slow_base + 2)
+            _worker_ready(slow_base + 2, log=live_stack["tmp"] / "logs" / "generator.log")
             # 2. a question through the gateway, in flight
             outcome: dict = {}
 

@@ -333,3 +333,43 @@ def test_scope_names_the_program_a_question_is_about(question, programs):
     scope = scope_question(question, catalog)
     assert [p.name for p in scope.programs] == programs
     assert all(p.held == (p.name == "SNAP") for p in scope.programs)
+
+
+async def test_coverage_counts_the_questions_words_a_section_holds_by_where_it_holds_them(searcher):
+    question = "What is the milkfat content of gouda cheese?"
+    await searcher.catalog()  # the document frequencies the shares are weighted by
+    async with searcher.pool.acquire() as conn:
+        ids = await db.active_ids_for_refs(conn, ["21 CFR 133.142", "7 CFR 1b.4"])
+        lexemes = await db.question_lexemes(conn, question)
+        coverage = await searcher.coverage(conn, list(ids.values()), lexemes)
+        # a word the corpus does not have tells no section from another: it changes no share
+        assert await searcher.coverage(conn, list(ids.values()), lexemes + ["zzznotaword"]) == coverage
+    gouda_text, gouda_hierarchy, gouda_heading = coverage[ids["21 CFR 133.142"]]
+    nepa_text, nepa_hierarchy, nepa_heading = coverage[ids["7 CFR 1b.4"]]
+    assert gouda_text == pytest.approx(1.0) and nepa_text < 0.3  # milkfat, content, gouda, cheese: all in its text
+    assert 0 < gouda_heading < gouda_text and nepa_heading == 0  # "Gouda cheese" holds two of the words
+    assert gouda_hierarchy > 0 and nepa_hierarchy == 0  # "cheese" is in part 133's heading, not in part 1b's
+
+
+async def test_the_second_stage_adds_coverage_and_subject_to_the_normalised_fused_score(searcher):
+    from services.retriever.search import FusionWeights, Searcher
+
+    question = "What is the moisture limit for cheddar cheese and how is it measured?"
+    plain = Searcher(searcher.pool, searcher.settings,
+                     weights=FusionWeights(text_coverage=0, hierarchy_coverage=0, rerank_subject=0))
+    first = await plain.search(RetrieveRequest(question=question, top_k=20, include_text=False))
+    second = await searcher.search(RetrieveRequest(question=question, top_k=20, include_text=False))
+    w = searcher.weights
+    assert (w.text_coverage, w.hierarchy_coverage, w.rerank_subject) != (0, 0, 0)
+    async with searcher.pool.acquire() as conn:
+        ids = await db.active_ids_for_refs(conn, [h.cfr_ref for h in first.hits])
+        coverage = await searcher.coverage(conn, list(ids.values()), await db.question_lexemes(conn, question))
+    best = first.hits[0].score
+    expected = {h.cfr_ref: h.score / best + w.text_coverage * coverage[ids[h.cfr_ref]][0]
+                + w.hierarchy_coverage * coverage[ids[h.cfr_ref]][1] + w.rerank_subject * ("subject" in h.matched_by)
+                for h in first.hits}
+    assert {h.cfr_ref for h in second.hits} == set(expected)
+    for hit in second.hits:
+        assert hit.score == pytest.approx(expected[hit.cfr_ref], abs=1e-5)
+    assert [h.score for h in second.hits] == sorted((h.score for h in second.hits), reverse=True)
+    assert second.hits[0].cfr_ref == "21 CFR 133.113"

@@ -48,6 +48,14 @@ class FusionWeights:
     dense_windows: int = 200
     max_lexeme_share: float = 0.25  # a lexeme in more than this share of sections does not select candidates
     idf_power: float = 2.0  # full-text lexeme weight = IDF ** idf_power: a rare word outweighs a common one more
+    # second stage over the best `rerank_depth` fused sections: score / best score + these weights × the
+    # IDF-weighted share of the question's words the section holds, in its heading and text and in its hierarchy
+    # (part, subpart, subject group headings), + `rerank_subject` for a section the question names by heading.
+    # Fitted (pairwise logistic regression) on the labelled question sets: eval/RESULTS.md, "Second stage".
+    text_coverage: float = 0.5
+    hierarchy_coverage: float = 0.6
+    rerank_subject: float = 0.1
+    rerank_depth: int = 20
 
 
 class Searcher:
@@ -142,11 +150,14 @@ class Searcher:
         # queries run concurrently, each dense/full-text query on its own connection (its own server process)
         embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed_queries, [question]))
 
+        question_lexemes: list[str] = []
+
         async def fulltext_rows() -> list:
             if mode not in ("hybrid", "fulltext"):
                 return []
             async with self.pool.acquire() as c:
-                lexemes, idfs = self._weighted_lexemes(await db.question_lexemes(c, question))
+                question_lexemes.extend(await db.question_lexemes(c, question))
+                lexemes, idfs = self._weighted_lexemes(question_lexemes)
                 return await db.fulltext_search(c, lexemes, idfs, w.candidates) if lexemes else []
 
         async def dense(search, limit: int) -> list:
@@ -244,7 +255,20 @@ class Searcher:
                             refs = [e.cfr_ref for e in catalog.parts.get((title, part), [])][:top_k]
                             for ref, section_id in (await db.active_ids_for_refs(conn, refs)).items():
                                 add(section_id, w.cited_part, "cited_part")
-            ranked = sorted(scores, key=lambda sid: -scores[sid])[:top_k]
+            ranked = sorted(scores, key=lambda sid: -scores[sid])
+            if ranked and (w.text_coverage or w.hierarchy_coverage):
+                if not question_lexemes:
+                    question_lexemes = await db.question_lexemes(conn, question)
+                head = ranked[: max(w.rerank_depth, top_k)]
+                coverage = await self.coverage(conn, head, question_lexemes)
+                best = scores[head[0]] or 1.0
+                for sid in head:
+                    text_share, hierarchy_share, _ = coverage.get(sid, (0.0, 0.0, 0.0))
+                    scores[sid] = (scores[sid] / best + w.text_coverage * text_share
+                                   + w.hierarchy_coverage * hierarchy_share
+                                   + w.rerank_subject * ("subject" in matched.get(sid, [])))
+                ranked = sorted(head, key=lambda sid: -scores[sid])
+            ranked = ranked[:top_k]
             missing = [sid for sid in ranked if sid not in similarity]
             similarity.update(await db.section_similarities(conn, missing, vector, model, dim))
             rows = await db.active_sections_by_id(conn, ranked, with_text=request.include_text)
@@ -262,6 +286,28 @@ class Searcher:
         if not result.hits:
             result.empty_reason = "no section matched the question's words or meaning"
         return result
+
+    async def coverage(self, conn: asyncpg.Connection, section_ids: list[int],
+                       lexemes: list[str]) -> dict[int, tuple[float, float, float]]:
+        """Per section: the IDF-weighted share of the question's lexemes it holds in its heading or text, in its
+        hierarchy headings, and in its own heading. Lexemes the corpus lacks are left out (they tell no section from another)."""
+        n = max(self._doc_count, 1)
+        idf = {}
+        for lexeme in dict.fromkeys(lexemes):
+            df = self._lexeme_df.get(lexeme, 0)
+            if df:
+                idf[lexeme] = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+        total = sum(idf.values())
+        if not total:
+            return {}
+        presence = await db.lexeme_presence(conn, section_ids, list(idf))
+        out = {}
+        for sid in section_ids:
+            held = presence.get(sid, {})
+            out[sid] = (sum(idf[x] for x, where in held.items() if where & {"A", "D"}) / total,
+                        sum(idf[x] for x, where in held.items() if "B" in where) / total,
+                        sum(idf[x] for x, where in held.items() if "A" in where) / total)
+        return out
 
     def _fused(self, rank: int, value: float, rows: list, key: str) -> float:
         """One list's contribution: reciprocal rank, or the min-max normalised score on the same scale."""
