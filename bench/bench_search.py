@@ -396,8 +396,9 @@ def parse_size(size: str, base_sections: int) -> int:
 # in-process search, its breakdown and the cold catalog
 # --------------------------------------------------------------------------------------------
 TIMED_DB_CALLS = ("dense_window_search", "dense_section_search", "question_lexemes", "fulltext_search",
-                  "section_similarities", "active_ids_for_refs", "active_sections_by_id", "latest_superseded",
-                  "active_signature", "catalog_rows", "lexeme_document_frequencies", "active_embedding_models")
+                  "section_similarities", "active_ids_for_refs", "lexeme_presence", "active_sections_by_id",
+                  "latest_superseded", "active_signature", "catalog_rows", "lexeme_document_frequencies",
+                  "active_embedding_models")
 
 
 _MISSING = object()
