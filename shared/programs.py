@@ -403,3 +403,27 @@ def named_homes(question: str) -> list[tuple[ProgramHome, str]]:
             families.add(home.family)
             found.append((home, match.group(0)[:80]))
     return found
+
+
+US_STATES = (
+    "Alabama", "Alaska", "Arizona", "Arkansas", "California", "Colorado", "Connecticut", "Delaware", "Florida",
+    "Georgia", "Hawaii", "Idaho", "Illinois", "Indiana", "Iowa", "Kansas", "Kentucky", "Louisiana", "Maine",
+    "Maryland", "Massachusetts", "Michigan", "Minnesota", "Mississippi", "Missouri", "Montana", "Nebraska", "Nevada",
+    "New Hampshire", "New Jersey", "New Mexico", "New York", "North Carolina", "North Dakota", "Ohio", "Oklahoma",
+    "Oregon", "Pennsylvania", "Rhode Island", "South Carolina", "South Dakota", "Tennessee", "Texas", "Utah",
+    "Vermont", "Virginia", "Washington", "West Virginia", "Wisconsin", "Wyoming", "District of Columbia",
+)
+_STATE_NAMES = "|".join(sorted((re.escape(s) for s in US_STATES), key=len, reverse=True))
+# a State as the place or holder of something ("in Ohio", "assign to Michigan", "Texas's allotment"), not as a
+# word describing a product ("Florida oranges", "Vermont maple syrup")
+_STATE_AS_PLACE = re.compile(
+    rf"\b(?:in|for|to|by|from|of)\s+(?:the\s+state\s+of\s+)?(?P<a>{_STATE_NAMES})\b|\b(?P<b>{_STATE_NAMES})(?:'s|\u2019s)",
+    re.I,
+)
+
+
+def states_named(question: str) -> list[str]:
+    """The U.S. States the question asks about as a place ("in Ohio", "Michigan's caseload"), canonical names."""
+    canonical = {s.lower(): s for s in US_STATES}
+    found = [canonical[(m.group("a") or m.group("b")).lower()] for m in _STATE_AS_PLACE.finditer(question)]
+    return list(dict.fromkeys(found))

@@ -111,6 +111,20 @@ def question_names(question: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+# the endings of drug and chemical names (generic drug stems, alkaloids, amides, salts): a word like this that no
+# section mentions is a substance the corpus does not list ("xylazine")
+_SUBSTANCE = re.compile(
+    r"[a-z]{3,}(?:azine|azepam|azolam|barbital|caine|fentanil|fentanyl|mycin|cillin|olol|pril|sartan|statin|oxone|"
+    r"odone|orphan|orphine|amine|idine|etine|amide|azole|ximab|umab|tinib|profen|oxacin|cycline|dronate|gliptin|"
+    r"flozin|glutide|tidine|prazole|zodone|pramine|triptyline|phetamine|cathinone|tryptamine|olone)"
+)
+
+
+def substance_words(question: str) -> list[str]:
+    """Words of the question shaped like a drug's or a chemical's name ("xylazine", "semaglutide")."""
+    return list(dict.fromkeys(w.lower() for w in re.findall(r"[A-Za-z]+", question) if _SUBSTANCE.fullmatch(w.lower())))
+
+
 # function words: never part of what a heading names
 _FUNCTION = set("""
 a an and are as at be by can do does for from has have how i if in is it its me my of on or our shall should so
@@ -344,7 +358,8 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
         ):
             scope.titles.append(title)
     scope.names = question_names(question)
-    scope.names += [w for w in catalog.variety_words(question) if not any(w in n for n in scope.names)]
+    scope.names += [w for w in catalog.variety_words(question) + substance_words(question)
+                    if not any(w.lower() in n.lower() for n in scope.names)]
     cited_refs = {f"{c.title} CFR {c.section}" for c in scope.citations if c.section}
     question_tokens = tokens(re.sub(r"§+\s*[\d.a-z()]+", " ", question))
     subjects = _match_subjects(question_tokens, catalog)

@@ -615,3 +615,55 @@ def test_a_year_counts_as_stated_only_beside_an_amount():
     assert states_amount_for_year("In 2025 the penalty rises to 12 percent.", "2025")
     assert not states_amount_for_year("This section is effective October 1, 2025. " + "x " * 80 + "$5", "2025")
     assert not states_amount_for_year("The premium is figured as described in paragraph (b).", "2025")
+
+
+def test_a_states_own_figure_is_not_found_unless_a_section_names_the_state():
+    from shared.programs import states_named
+
+    assert states_named("How many CSFP slots did USDA assign to Michigan this year?") == ["Michigan"]
+    assert states_named("What is the Medicaid income limit in new york, and Texas's?") == ["New York", "Texas"]
+    assert states_named("Why are some Florida oranges dyed, and how much dye is allowed?") == []  # a product's word
+    question = "How much milkfat does gouda need to have in Wisconsin?"
+    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid",
+                                            top_k=10, embedding_model="m"))
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "Wisconsin's own figure" in res.refusal.message and res.refusal.evidence[0].cfr_ref == "21 CFR 133.142"
+    # the same question where the section names the State: the section answers for it
+    named = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " Wisconsin cheese makers are not excepted.")
+    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[named], mode="hybrid", top_k=10, embedding_model="m"))
+    assert res.refusal is None or "Wisconsin" not in res.refusal.message
+    # no figure asked for: a State named in passing is context, not the question
+    res = pre_gate("I'm in Ohio: what is gouda cheese?", RetrieveResult(
+        scope=Scope(), hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid", top_k=10, embedding_model="m"))
+    assert res.refusal is None or "Ohio" not in res.refusal.message
+
+
+def test_a_dollar_amount_the_best_section_does_not_state_is_not_found():
+    question = "What dollar amount of milkfat makes a cheese gouda?"
+    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid",
+                                            top_k=10, embedding_model="m"))
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "dollar amount" in res.refusal.message and "21 CFR 133.142" in res.refusal.message
+    priced = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " The fee is $25 per lot.")
+    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[priced], mode="hybrid", top_k=10, embedding_model="m"))
+    assert res.refusal is None or "dollar amount" not in res.refusal.message
+
+
+def test_a_substance_no_section_lists_is_not_found_even_under_a_held_program():
+    from shared.scoping import substance_words
+
+    assert substance_words("Is xylazine or Semaglutide scheduled? What about gouda?") == ["xylazine", "semaglutide"]
+    assert substance_words("Do we need to examine the determine the routine medicine?") == []
+    question = "Is xylazine a DEA controlled substance, and which schedule?"
+    scope = Scope(names=["xylazine"], absent_names=["xylazine"],
+                  programs=[ProgramRef(name="DEA controlled substance rules", title=21, parts=["1308"],
+                                       home="21 CFR part 1308", said="DEA", held=True)])
+    res = pre_gate(question, RetrieveResult(scope=scope, hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid",
+                                            top_k=10, embedding_model="m"), corpus_titles=[21])
+    assert res.refusal is not None and res.refusal.reason == "not_found" and "“xylazine”" in res.refusal.message
+    # an absent proper name under a held program is left to the held text, as before
+    scope.absent_names = scope.names = ["Acme Dairy"]
+    res = pre_gate(question.replace("xylazine", "Acme Dairy"), RetrieveResult(
+        scope=scope, hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid", top_k=10, embedding_model="m"),
+        corpus_titles=[21])
+    assert res.refusal is None or "Acme Dairy" not in res.refusal.message

@@ -42,6 +42,8 @@ from shared.messages import (
     RetrieveResult,
     SentenceSupport,
 )
+from shared.programs import states_named
+from shared.scoping import substance_words
 
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence
 from services.scorer.figures import (
@@ -353,6 +355,14 @@ _ASKS_FOR_FIGURE = re.compile(
     r"what\s+(?:percent|temperature|level|amount))\b|%|\$",
     re.I,
 )
+
+
+_ASKS_FOR_DOLLARS = re.compile(
+    r"\b(?:what|which)\s+(?:dollar|\$)|\bdollar\s+(?:amounts?|figures?|thresholds?|limits?|values?|caps?)\b|"
+    r"\bhow\s+(?:much|many)\s+(?:money|dollars)\b|\bin\s+dollars\b",
+    re.I,
+)
+_STATES_DOLLARS = re.compile(r"\$\s?\d|\bdollars?\b", re.I)
 
 
 def asks_for_figure(question: str) -> bool:
@@ -672,7 +682,10 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
         )
 
     # 2c. a name the question turns on that no section of the corpus mentions ---------------------------
-    if scope.absent_names and not held_named and not signals["specific_subject"]:
+    # (a held program named beside it may answer around the name; a drug or chemical no section lists cannot be
+    # answered for: "which schedule is xylazine in" is not settled by the DEA parts that never name it)
+    absent_substances = [n for n in scope.absent_names if substance_words(n) == [n.lower()]]
+    if scope.absent_names and (absent_substances or not held_named) and not signals["specific_subject"]:
         names = _join([f"“{n}”" for n in scope.absent_names])
         return _refuse(
             "not_found",
@@ -764,6 +777,33 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             f"set for each year by notice (in the Federal Register), while the regulation's text gives only how "
             f"they are figured (closest: {top.cfr_ref}).",
             [_evidence(top, detail=f"closest match; states no figure for {year}")],
+            signals,
+        )
+
+    # 6c. a State's own figure -------------------------------------------------------------------------------
+    # the federal text says how a State's amount, limit or caseload is set, not what Michigan's is; only a section
+    # that names the State can answer for it
+    if asks_for_figure(question):
+        for state in states_named(question):
+            if not any(re.search(rf"\b{re.escape(state)}\b", h.text, re.I) for h in hits[: th.pool_size]):
+                top = hits[0]
+                return _refuse(
+                    "not_found",
+                    f"The question asks for {state}'s own figure, and no matching section names {state}: the "
+                    f"regulations here say how such figures are set for every State, not what one State's is "
+                    f"(closest: {top.cfr_ref}).",
+                    [_evidence(top, detail=f"closest match; does not mention {state}")],
+                    signals,
+                )
+
+    # 6d. a dollar amount the best section does not state ------------------------------------------------------
+    if _ASKS_FOR_DOLLARS.search(question) and not _STATES_DOLLARS.search(hits[0].text):
+        top = hits[0]
+        return _refuse(
+            "not_found",
+            f"The question asks for a dollar amount, and the best-matching section, {top.cfr_ref}, states none: "
+            f"it sets the rule, not the amount, which is set elsewhere or by notice.",
+            [_evidence(top, detail="best match; states no dollar figure")],
             signals,
         )
 
