@@ -52,7 +52,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     # ------------------------------------------------------------------ title 7: food and nutrition, agriculture
     _p("wic", "WIC (the Special Supplemental Nutrition Program for Women, Infants, and Children)", 7, ("246",),
        r"\bwic\b|women,? infants,? and children"),
-    _p("school-meals", "the National School Lunch Program", 7, ("210",), r"school lunch|\bnslp\b"),
+    _p("school-meals", "the National School Lunch Program", 7, ("210",), r"school lunch|\bnslp\b|(?:free|reduced[- ]price) (?:or|and|versus|vs\.?) (?:free|reduced[- ]price) (?:school )?(?:lunch|meals?)"),
     _p("school-meals", "the School Breakfast Program", 7, ("220",), r"school breakfast"),
     _p("cacfp", "the Child and Adult Care Food Program", 7, ("226",), r"child and adult care food|\bcacfp\b"),
     _p("sfsp", "the Summer Food Service Program", 7, ("225",), r"summer food service|summer meals? for kids"),
@@ -179,7 +179,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("providers", "EMTALA (emergency medical treatment and labor)", 42, ("489",),
        r"\bemtala\b|emergency medical treatment and (?:active )?labor"),
     _p("providers", "hospital and clinic conditions of participation", 42, ("482", "485", "491"),
-       r"conditions of participation|\bfqhcs?\b|federally qualified health|critical access"),
+       r"conditions of participation|\bfqhcs?\b|federally qualified health|critical access|discharge planning"),
     _p("providers", "hospital price transparency", 45, ("180",), r"price transparency|standard charges"),
     _p("clia", "CLIA laboratory requirements", 42, ("493",), r"\bclia\b|clinical laborator(?:y|ies) improvement"),
     _p("fraud", "the Stark and anti-kickback rules", 42, ("411", "1001"), r"\bstark\b|anti-?kickback|self-referral"),
@@ -414,16 +414,19 @@ US_STATES = (
     "Vermont", "Virginia", "Washington", "West Virginia", "Wisconsin", "Wyoming", "District of Columbia",
 )
 _STATE_NAMES = "|".join(sorted((re.escape(s) for s in US_STATES), key=len, reverse=True))
-# a State as the place or holder of something ("in Ohio", "assign to Michigan", "Texas's allotment"), not as a
-# word describing a product ("Florida oranges", "Vermont maple syrup")
-_STATE_AS_PLACE = re.compile(
-    rf"\b(?:in|for|to|by|from|of)\s+(?:the\s+state\s+of\s+)?(?P<a>{_STATE_NAMES})\b|\b(?P<b>{_STATE_NAMES})(?:'s|\u2019s)",
+# a State as the holder or recipient of something ("Texas's allotment", "slots assigned to Michigan", "the limit for
+# Ohio"), not where the asker is ("a pharmacy in Ohio", "after the storm in Louisiana": the federal rule applies
+# there as everywhere) nor a word describing a product ("Florida oranges")
+_STATE_AS_HOLDER = re.compile(
+    rf"\b(?:to|for)\s+(?:the\s+state\s+of\s+)?(?P<a>{_STATE_NAMES})\b(?!\s+(?:residents?|households?|families|"
+    rf"businesses|stores?|pharmac\w+|hospitals?|farms?|companies))|\b(?P<b>{_STATE_NAMES})(?:'s|\u2019s)",
     re.I,
 )
 
 
 def states_named(question: str) -> list[str]:
-    """The U.S. States the question asks about as a place ("in Ohio", "Michigan's caseload"), canonical names."""
+    """The U.S. States the question asks about as the holder of something ("Michigan's caseload", "the amount
+    for Texas"), canonical names."""
     canonical = {s.lower(): s for s in US_STATES}
-    found = [canonical[(m.group("a") or m.group("b")).lower()] for m in _STATE_AS_PLACE.finditer(question)]
+    found = [canonical[(m.group("a") or m.group("b")).lower()] for m in _STATE_AS_HOLDER.finditer(question)]
     return list(dict.fromkeys(found))

@@ -95,7 +95,8 @@ _CAPITALISED = r"(?:[A-Z][a-z]+|[A-Z]{2,}|\d+)"
 def question_names(question: str) -> list[str]:
     """Proper names and acronyms the question uses: runs of two or more capitalised words not opening the
     sentence ("Medicare Savings Programs", "Rural Development"), and acronyms of three or more capitals
-    ("QMB", "HCBS"). Whether the corpus mentions them is the retriever's to check."""
+    ("QMB", "HCBS"), and one-word brand names with an inner capital ("WanaBana"). Whether the corpus mentions them
+    is the retriever's to check."""
     names: list[str] = []
     for sentence in re.split(r"(?<=[.?!])\s+", question):
         words = sentence.split()
@@ -105,6 +106,9 @@ def question_names(question: str) -> list[str]:
             if sum(1 for w in phrase.split() if w[:1].isupper()) >= 2 and not any(_ROMAN.match(w)
                                                                                    for w in phrase.split()):
                 names.append(phrase)
+        for match in re.finditer(r"\b[A-Z][a-z]+[A-Z][A-Za-z]*\b", sentence):  # a brand's one word: "WanaBana"
+            if not any(match.group(0) in n for n in names):
+                names.append(match.group(0))
         for match in re.finditer(r"\b[A-Z][A-Z&]{2,}\b", sentence):
             if not _ROMAN.match(match.group(0)) and not any(match.group(0) in n for n in names):
                 names.append(match.group(0))

@@ -200,6 +200,11 @@ def test_stale_when_the_question_names_an_earlier_date():
     assert pre_gate(question, retrieval).proceed
     early = pre_gate(question.replace("1991", "1980"), retrieval)
     assert early.refusal.reason == "stale" and "January 21, 1983" in early.refusal.message
+    # ... unless the text in force states the amount for that very year (a table of past years' premiums)
+    retrieval.hits[0] = retrieval.hits[0].model_copy(
+        update={"text": retrieval.hits[0].text + " (iii) In 1980, not less than 46 percent."})
+    covered = pre_gate(question.replace("1991", "1980"), retrieval)
+    assert covered.refusal is None or covered.refusal.reason != "stale"
 
 
 def test_stale_when_the_superseded_version_matches_clearly_better():
@@ -621,9 +626,13 @@ def test_a_states_own_figure_is_not_found_unless_a_section_names_the_state():
     from shared.programs import states_named
 
     assert states_named("How many CSFP slots did USDA assign to Michigan this year?") == ["Michigan"]
-    assert states_named("What is the Medicaid income limit in new york, and Texas's?") == ["New York", "Texas"]
-    assert states_named("Why are some Florida oranges dyed, and how much dye is allowed?") == []  # a product's word
-    question = "How much milkfat does gouda need to have in Wisconsin?"
+    assert states_named("What is the Medicaid income limit for new york, and Texas's?") == ["New York", "Texas"]
+    # where the asker is, or a product's word: the federal rule applies there as everywhere
+    assert states_named("I own a pharmacy in Ohio: what is the daily pseudoephedrine limit?") == []
+    assert states_named("Food spoiled after the storm in Louisiana; how long do I have to report it?") == []
+    assert states_named("Why are some Florida oranges dyed, and how much dye is allowed?") == []
+    assert states_named("What is the limit for Ohio residents?") == []
+    question = "How much milkfat must gouda have for Wisconsin?"
     res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid",
                                             top_k=10, embedding_model="m"))
     assert res.refusal is not None and res.refusal.reason == "not_found"
@@ -632,8 +641,8 @@ def test_a_states_own_figure_is_not_found_unless_a_section_names_the_state():
     named = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " Wisconsin cheese makers are not excepted.")
     res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[named], mode="hybrid", top_k=10, embedding_model="m"))
     assert res.refusal is None or "Wisconsin" not in res.refusal.message
-    # no figure asked for: a State named in passing is context, not the question
-    res = pre_gate("I'm in Ohio: what is gouda cheese?", RetrieveResult(
+    # no figure asked for: the State is not asked about for a figure
+    res = pre_gate("What is Ohio's view of gouda cheese?", RetrieveResult(
         scope=Scope(), hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid", top_k=10, embedding_model="m"))
     assert res.refusal is None or "Ohio" not in res.refusal.message
 

@@ -351,14 +351,15 @@ _ASKS_FOR_FIGURE = re.compile(
     r"temperatures?|degrees?|days?|hours?|minutes?|seconds?|weeks?|months?|years?|amounts?|levels?|contents?|"
     r"sizes?|weights?|volumes?|rates?|doses?|dosages?|concentrations?|ppm|mg|milligrams?|grams?|calories|"
     r"deadlines?|periods?|fees?|costs?|prices?|tolerances?|proportions?|ratios?|quantity|quantities|dollars?|"
-    r"premiums?|allotments?|deductibles?|"
+    r"premiums?|allotments?|allowances?|deductibles?|"
     r"what\s+(?:percent|temperature|level|amount))\b|%|\$",
     re.I,
 )
 
 
 _ASKS_FOR_DOLLARS = re.compile(
-    r"\b(?:what|which)\s+(?:dollar|\$)|\bdollar\s+(?:amounts?|figures?|thresholds?|limits?|values?|caps?)\b|"
+    r"\b(?:what|which)\s+(?:dollar|\$)|\bdollar\s+(?:[a-z-]+\s+){0,2}(?:amounts?|figures?|thresholds?|limits?|values?|"
+    r"caps?)\b|"
     r"\bhow\s+(?:much|many)\s+(?:money|dollars)\b|\bin\s+dollars\b",
     re.I,
 )
@@ -749,7 +750,10 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
         target = cited_hits[0] if cited_hits else hits[0]
         since = _active_since(target, superseded)
         asked = min(dates)
-        if since and asked < since:
+        # a text in force now that itself states the amount for the year asked about answers for that year
+        # ("the Part B premium in 1993": 42 CFR 408.20 lists the premiums year by year)
+        covered = any(states_amount_for_year(h.text, asked[:4]) for h in hits[: th.pool_size])
+        if since and asked < since and not covered:
             old = [s for s in superseded if s.cfr_ref == target.cfr_ref]
             ev = [_evidence(target, [f.key for f in primary_figures(target.text, q.key, q.anchors)[0]],
                             detail=f"active version; current text in force since {since}")]
