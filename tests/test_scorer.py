@@ -121,6 +121,29 @@ def test_divergent_cheese_milkfat_asks_which_cheese():
     assert res.signals["siblings"] >= 5 and res.signals["sibling_distinct_figures"] >= 3
 
 
+def test_siblings_below_a_best_match_outside_their_family_are_not_divergent():
+    question, retrieval = case_retrieval("divergent_milkfat")
+    outsider = make_hit("21 CFR 101.9", 0.9, 1, dense_rank=1, fulltext_rank=1)
+    retrieval.hits = [outsider] + [h.model_copy(update={"rank": h.rank + 1}) for h in retrieval.hits]
+    res = pre_gate(question, retrieval)
+    assert res.refusal is None or res.refusal.reason != "divergent"
+
+
+def test_a_sibling_named_by_the_name_its_standard_gives_the_food_is_singled_out():
+    from services.scorer.gates import declared_names
+
+    cream = "(c) Nomenclature. The name of the food is “Light cream”, or alternatively “Coffee cream” or “Table cream”."
+    assert declared_names(cream) == {"light cream", "coffee cream", "table cream"}
+    question, retrieval = case_retrieval("divergent_milkfat")
+    question = "What is the minimum milkfat for farmhouse cheese?"
+    retrieval.hits = [h.model_copy(update={"text": h.text + " The name of the food is “Farmhouse cheese”."})
+                      if h.cfr_ref == "21 CFR 133.142" else h for h in retrieval.hits]
+    res = pre_gate(question, retrieval)
+    assert res.proceed, res.refusal
+    assert res.sections[0].cfr_ref == "21 CFR 133.142"
+    assert "21 CFR 133.113" not in [s.cfr_ref for s in res.sections]
+
+
 def test_proceed_when_the_question_names_gouda():
     question, retrieval = case_retrieval("proceed_gouda")
     res = pre_gate(question, retrieval)
@@ -157,6 +180,11 @@ def test_conflicting_pasteurization_temperatures():
     assert figs["21 CFR 131.3"] == ["145 °F"]
     assert figs["21 CFR 133.150"] == ["143 °F"] or figs.get("21 CFR 133.187") == ["143 °F"]
     assert "145 °F" in res.refusal.message and "143 °F" in res.refusal.message
+    # the same two sections disagreeing below a best match that is neither: the answer does not rest on them
+    outsider = make_hit("21 CFR 101.9", 0.95, 1, dense_rank=1, fulltext_rank=1)
+    retrieval.hits = [outsider] + [h.model_copy(update={"rank": h.rank + 1}) for h in retrieval.hits]
+    res = pre_gate(question, retrieval)
+    assert res.refusal is None or res.refusal.reason != "conflicting"
 
 
 def test_below_authority_for_a_reserved_section():

@@ -462,6 +462,8 @@ def find_family(pool: list[Hit], th: ScorerThresholds) -> Family | None:
     for (title, part, w), members in groups.items():
         if len(members) < th.min_siblings or len({m.cfr_ref for m in members} & top3) < min(2, len(top3)):
             continue
+        if pool[0].cfr_ref not in {m.cfr_ref for m in members}:
+            continue  # the best match is not one of them: the question is not about this family
         if best is None or len(members) > len(best.members):
             surfaces = [t for m in members for t in tokens(m.heading) if stem(t) == w]
             surface = min(surfaces, key=len) if surfaces else w
@@ -476,6 +478,15 @@ def _member_name(hit: Hit, family: Family) -> str:
     return name or hit.heading.lower()
 
 
+_DECLARED_NAME = re.compile(r"\bname of the (?:food|product|article)\s+is\s+(.{0,240})", re.I | re.S)
+_QUOTED = re.compile(r"[\"\u201c]([^\"\u201d]{3,60})[\"\u201d]")
+
+
+def declared_names(text: str) -> set[str]:
+    """The names a standard of identity gives its food ("the name of the food is “coffee cream”"), lower-cased."""
+    return {n.strip().lower() for m in _DECLARED_NAME.finditer(text) for n in _QUOTED.findall(m.group(1))}
+
+
 def named_members(family: Family, question: str, retrieval: RetrieveResult, q: QuestionTerms) -> list[Hit]:
     """Members the question singles out: by citation, by a heading-named subject, or by heading words."""
     refs = {m.cfr_ref: m for m in family.members}
@@ -488,7 +499,11 @@ def named_members(family: Family, question: str, retrieval: RetrieveResult, q: Q
             return _best_named(matched, family, q) or matched
     named = [m for m in family.members if (_heading_stems(m) - {family.word}) & q.stems]
     if not named:
-        return []
+        # a name the standard itself gives the food besides its heading ("Light cream" ... the name of the food
+        # is "coffee cream" or "table cream")
+        lowered = question.lower()
+        by_name = [m for m in family.members if any(n in lowered for n in declared_names(m.text))]
+        return by_name if 0 < len(by_name) < len(family.members) else []
     best = _best_named(named, family, q)
     # every member shares a named word ("process cheese food" vs "process cheese"): the ones whose heading the
     # question names most completely are singled out, unless that is all of them
@@ -910,10 +925,14 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     conflict_key = set(q.key) - ({family.word} if family else set())
     figs_of = {h.cfr_ref: term_figures(h.text, conflict_key, q.anchors, th) for h in strong}
     for a, b in itertools.combinations(strong, 2):
+        if sections and sections[0].cfr_ref not in (a.cfr_ref, b.cfr_ref):
+            continue  # the answer rests on the best match; two other sections disagreeing do not touch it
         if a.cfr_ref in family_refs and b.cfr_ref in family_refs:
             continue  # siblings are a divergence question, settled above
         if a.kind != b.kind:
             continue
+        if (_heading_stems(a) & conflict_key) != (_heading_stems(b) & conflict_key):
+            continue  # the question's words name one of them by its heading: they answer different questions
         for terms in sorted(set(figs_of[a.cfr_ref]) & set(figs_of[b.cfr_ref]), key=lambda t: (-len(t), sorted(t))):
             fa, fb = figs_of[a.cfr_ref][terms], figs_of[b.cfr_ref][terms]
             for unit in sorted({f.unit for f in fa} & {f.unit for f in fb}):
