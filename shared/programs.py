@@ -72,6 +72,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("snap", "SNAP", 7, ("271", "272", "274", "275", "276", "277", "278", "279", "280"),
        r"\bsnap\b|food stamps?|supplemental nutrition assistance"),
     _p("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food"),
+    _p("nepa", "FDA's environmental review procedures (NEPA)", 21, ("25",),
+       r"\b(?:fda|food and drug)\b.{0,80}\b(?:nepa|environmental (?:assessments?|impact statements?|reviews?))\b"),
+    _p("nepa", "USDA's environmental review procedures (NEPA)", 7, ("1b",),
+       r"\bnepa\b|environmental (?:assessments?|impact statements?)|categorical(?:ly)? exclu"),
     _p("tefap", "The Emergency Food Assistance Program", 7, ("251",),
        r"\btefap\b|emergency food assistance program"),
     _p("organic", "the National Organic Program", 7, ("205",),
@@ -161,7 +165,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"medicare savings programs?|\bqmbs?\b|qualified medicare beneficiar\w*|\bslmb\b|specified low-income"),
     _p("medicare", "Medicare coverage of items and services", 42, ("409", "410", "411", "414"),
        r"durable medical equipment|\bdme\b|wheelchairs?|telehealth|physician fee schedule|"
-       r"(?:does|will|would|can) medicare (?:cover|pay)|medicare (?:coverage of|covers?)|ambulance|"
+       r"(?:does|will|would|can) medicare (?:cover|pay)|medicare (?:coverage of|covers?\b)|ambulance|"
        r"advance beneficiary notice|\babn\b"),
     _p("medicare", "Medicare coverage of skilled nursing facility care (the 3-day hospital stay rule)", 42, ("409",),
        r"(?:3|three)-day (?:inpatient |hospital )*(?:stay|rule)|(?:how many |number of )?days (?:in|of) (?:a )?"
