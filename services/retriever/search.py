@@ -48,7 +48,7 @@ class FusionWeights:
     dense_windows: int = 200
     max_lexeme_share: float = 0.25  # a lexeme in more than this share of sections does not select candidates
     idf_power: float = 2.0  # full-text lexeme weight = IDF ** idf_power: a rare word outweighs a common one more
-    # second stage over the best `rerank_depth` fused sections: score / best score + these weights × the
+    # hybrid mode's second stage over the best `rerank_depth` fused sections: score / best score + these weights × the
     # IDF-weighted share of the question's words the section holds, in its heading and text and in its hierarchy
     # (part, subpart, subject group headings), + `rerank_subject` for a section the question names by heading.
     # Fitted (pairwise logistic regression) on the labelled question sets: eval/RESULTS.md, "Second stage".
@@ -256,7 +256,7 @@ class Searcher:
                             for ref, section_id in (await db.active_ids_for_refs(conn, refs)).items():
                                 add(section_id, w.cited_part, "cited_part")
             ranked = sorted(scores, key=lambda sid: -scores[sid])
-            if ranked and (w.text_coverage or w.hierarchy_coverage):
+            if ranked and mode == "hybrid" and (w.text_coverage or w.hierarchy_coverage or w.rerank_subject):
                 if not question_lexemes:
                     question_lexemes = await db.question_lexemes(conn, question)
                 head = ranked[: max(w.rerank_depth, top_k)]
