@@ -129,6 +129,49 @@ def substance_words(question: str) -> list[str]:
     return list(dict.fromkeys(w.lower() for w in re.findall(r"[A-Za-z]+", question) if _SUBSTANCE.fullmatch(w.lower())))
 
 
+# everyday words and the CFR's words for the same thing: the full-text search and the second stage read both
+# (the embedding reads the question as asked). General vocabulary of the rules this corpus holds, not phrasings of
+# particular questions; brand names map to the generic names the rules use.
+_CFR_WORDING: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p, re.I), words) for p, words in (
+    (r"\bsign(?:ing|ed)? up\b", "enroll enrollment"),
+    (r"\b(?:co-?pays?|co-?payments?|out[- ]of[- ]pocket)\b", "cost sharing"),
+    (r"\b(?:er|emergency room)\b", "emergency department"),
+    (r"\bkids?\b", "child children"),
+    (r"\bdoctors?\b", "physician practitioner"),
+    (r"\bfined?\b|\bfines\b", "civil money penalty"),
+    (r"\bfood stamps?\b", "supplemental nutrition assistance program"),
+    (r"\bebt\b", "electronic benefit transfer"),
+    (r"\b(?:kicked out|banned)\b", "disqualification disqualified"),
+    (r"\bnursing homes?\b", "nursing facility"),
+    (r"\bkidney failure\b|\bdialysis\b", "end-stage renal disease"),
+    (r"\b(?:pills?|meds|medicines?|medications?)\b", "drug"),
+    (r"\birb\b", "institutional review board"),
+    (r"\bgas relief\b|\bgassiness\b|\bbloating\b", "antiflatulent"),
+    (r"\bpinworms?\b", "anthelmintic"),
+    (r"\bheartburn\b|\bacid indigestion\b|\bsour stomach\b", "antacid"),
+    (r"\bsudafed\b", "pseudoephedrine"),
+    (r"\btylenol\b", "acetaminophen"),
+    (r"\b(?:advil|motrin)\b", "ibuprofen"),
+    (r"\baleve\b", "naproxen"),
+    (r"\bxanax\b", "alprazolam"),
+    (r"\badderall\b", "amphetamine"),
+    (r"\bambien\b", "zolpidem"),
+    (r"\bvalium\b", "diazepam"),
+    (r"\b(?:oxycontin|percocet)\b", "oxycodone"),
+    (r"\bvicodin\b", "hydrocodone"),
+    (r"\bnarcan\b", "naloxone"),
+    (r"\bbenadryl\b", "diphenhydramine"),
+    (r"\bimodium\b", "loperamide"),
+    (r"\bgas-x\b", "simethicone"),
+    (r"\bpepto(?:-bismol)?\b", "bismuth subsalicylate"),
+))
+
+
+def cfr_wording(question: str) -> list[str]:
+    """The CFR's words for the everyday words of the question ("copay" -> "cost sharing")."""
+    return [words for pattern, words in _CFR_WORDING if pattern.search(question)]
+
+
 # function words: never part of what a heading names
 _FUNCTION = set("""
 a an and are as at be by can do does for from has have how i if in is it its me my of on or our shall should so

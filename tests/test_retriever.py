@@ -373,3 +373,22 @@ async def test_the_second_stage_adds_coverage_and_subject_to_the_normalised_fuse
         assert hit.score == pytest.approx(expected[hit.cfr_ref], abs=1e-5)
     assert [h.score for h in second.hits] == sorted((h.score for h in second.hits), reverse=True)
     assert second.hits[0].cfr_ref == "21 CFR 133.113"
+
+
+def test_everyday_words_are_also_searched_in_the_cfrs_words():
+    from shared.scoping import cfr_wording
+
+    assert cfr_wording("What's the copay at the ER for my kid?") == ["cost sharing", "emergency department",
+                                                                     "child children"]
+    assert cfr_wording("How much Sudafed can I buy?") == ["pseudoephedrine"]
+    assert cfr_wording("What is the premium for Part A?") == []
+    assert cfr_wording("Is a fine imposed?") == ["civil money penalty"]
+    assert cfr_wording("Can I refine the process?") == []  # whole words only
+
+
+async def test_the_search_reads_the_cfrs_words_for_everyday_ones(searcher):
+    result = await searcher.search(RetrieveRequest(question="When can I sign up for premium-free hospital insurance?"))
+    assert "also searched for: enroll enrollment" in result.scope.notes
+    off = await searcher.search(RetrieveRequest(question="When can I sign up for premium-free hospital insurance?",
+                                                scoping=False))
+    assert not any(n.startswith("also searched for") for n in off.scope.notes)

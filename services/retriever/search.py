@@ -16,7 +16,7 @@ from shared import db
 from shared.config import Settings
 from shared.embeddings import Embedder, get_embedder
 from shared.messages import Hit, ParagraphSpan, RetrieveRequest, RetrieveResult, Scope
-from shared.scoping import Catalog, CatalogEntry, scope_question
+from shared.scoping import Catalog, CatalogEntry, cfr_wording, scope_question
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +145,11 @@ class Searcher:
             return result
         scope = scope_question(question, catalog) if use_scoping else Scope()
         result.scope = scope
+        # the words searched for: the question's own, and the CFR's words for its everyday ones
+        wording = cfr_wording(question) if use_scoping else []
+        lexical_text = " ".join([question, *wording])
+        if wording:
+            scope.notes.append("also searched for: " + "; ".join(wording))
         w = self.weights
         # the query embedding (both cores, outside the event loop), the full-text query and the two dense
         # queries run concurrently, each dense/full-text query on its own connection (its own server process)
@@ -156,7 +161,7 @@ class Searcher:
             if mode not in ("hybrid", "fulltext"):
                 return []
             async with self.pool.acquire() as c:
-                question_lexemes.extend(await db.question_lexemes(c, question))
+                question_lexemes.extend(await db.question_lexemes(c, lexical_text))
                 lexemes, idfs = self._weighted_lexemes(question_lexemes)
                 return await db.fulltext_search(c, lexemes, idfs, w.candidates) if lexemes else []
 
@@ -258,7 +263,7 @@ class Searcher:
             ranked = sorted(scores, key=lambda sid: -scores[sid])
             if ranked and mode == "hybrid" and (w.text_coverage or w.hierarchy_coverage or w.rerank_subject):
                 if not question_lexemes:
-                    question_lexemes = await db.question_lexemes(conn, question)
+                    question_lexemes = await db.question_lexemes(conn, lexical_text)
                 head = ranked[: max(w.rerank_depth, top_k)]
                 coverage = await self.coverage(conn, head, question_lexemes)
                 best = scores[head[0]] or 1.0
