@@ -72,6 +72,19 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("snap", "SNAP", 7, ("271", "272", "274", "275", "276", "277", "278", "279", "280"),
        r"\bsnap\b|food stamps?|supplemental nutrition assistance"),
     _p("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food"),
+    # the popular names of rules the corpus holds: a name like "the Produce Safety Rule" appears nowhere in the CFR
+    # text, so without these a question that uses it looks like it names something the corpus lacks
+    _p("produce-safety", "the Produce Safety Rule", 21, ("112",), r"produce safety rule|\bproduce rule\b"),
+    _p("preventive-controls", "the Preventive Controls for Human Food rule", 21, ("117",),
+       r"preventive controls? (?:for human food|rule)|\bpchf\b"),
+    _p("juice-haccp", "juice HACCP", 21, ("120",), r"juice haccp"),
+    _p("seafood-haccp", "seafood HACCP", 21, ("123",), r"seafood haccp|fish(?:ery)? haccp"),
+    _p("lacf", "the low-acid canned food rules", 21, ("113",), r"\blacf\b|low[- ]acid canned foods?"),
+    _p("food-defense", "the intentional adulteration (food defense) rule", 21, ("121",),
+       r"intentional adulteration|food defense plans?"),
+    _p("egg-safety", "the Egg Safety Rule", 21, ("118",), r"egg safety rule"),
+    _p("cmea", "the retail rules for pseudoephedrine and ephedrine (Combat Methamphetamine Epidemic Act)", 21,
+       ("1314",), r"combat methamphetamine|\bcmea\b"),
     _p("nepa", "FDA's environmental review procedures (NEPA)", 21, ("25",),
        r"\b(?:fda|food and drug)\b.{0,80}\b(?:nepa|environmental (?:assessments?|impact statements?|reviews?))\b"),
     _p("nepa", "USDA's environmental review procedures (NEPA)", 7, ("1b",),
@@ -168,7 +181,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"(?:does|will|would|can) medicare (?:cover|pay)|medicare (?:coverage of|covers?\b)|ambulance|"
        r"advance beneficiary notice|\babn\b"),
     _p("medicare", "Medicare coverage of skilled nursing facility care (the 3-day hospital stay rule)", 42, ("409",),
-       r"(?:3|three)-day (?:inpatient |hospital )*(?:stay|rule)|(?:how many |number of )?days (?:in|of) (?:a )?"
+       r"(?:3|three)-day (?:inpatient |hospital )*(?:stay|rule|admission)|(?:how many |number of )?days (?:in|of) (?:a )?"
        r"(?:skilled nursing|snf)\b|(?:cover\w*|pay\w*) (?:for )?(?:a |an |the )?"
        r"(?:skilled nursing|snf|nursing home) (?:care|stays?)|(?:skilled nursing|snf) (?:care|stays?) coverage"),
     _p("medicare", "Medicare hospital inpatient rules (two-midnight, observation status)", 42, ("412",),
@@ -343,7 +356,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bfema\b|flood insurance|\bnfip\b|disaster (?:assistance|relief) (?:grants?|for individuals)|"
        r"federal emergency management"),
     _p("hipaa", "the HIPAA privacy, security and breach notification rules", 45, ("160", "164"),
-       r"\bhipaa\b|protected health information|(?-i:\bPHI\b)|breach notification|medical records? privacy"),
+       r"\bhipaa\b|protected health information|(?-i:\bPHI\b)|breach notification|medical records? privacy|"
+       r"(?:copy|copies|access to) (?:of )?(?:my |your |their |a patient's )?(?:medical|health) records?"),
     _p("aca", "the ACA health insurance marketplace", 45, ("155", "156"),
        r"health insurance marketplace|affordable care act|obamacare|premium tax credits?|healthcare\.gov|"
        r"open enrollment (?:period )?for (?:health|marketplace)|essential health benefits"),
@@ -379,11 +393,13 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        NOT_FEDERAL, (), r"\bkosher\b|\bhalal\b"),
     _p("foreign", "another country's own rules", NOT_FEDERAL, (),
        r"health canada|\bcfia\b|\befsa\b|european (?:union|commission)|\beu(?:'s)?\b|\bmhra\b|"
+       r"\bpdo\b|protected designation of origin|"
        r"(?:sold|marketed|sell|selling|rules?|laws?|regulations?|requirements?|legal|allowed|banned|approved) in "
-       r"(?:canada|mexico|australia|japan|china|india|europe|the uk|the united kingdom|germany|france|brazil)\b|"
-       r"\b(?:canada|mexico|australia|japan|china|india|the uk|germany|france|brazil)(?:'s| law| rules| regulations)\b|"
-       r"\b(?:canadian|mexican|australian|japanese|chinese|british|german|french|brazilian) (?:law|rules|regulations|"
-       r"requirements|government)\b"),
+       r"(?:canada|mexico|australia|japan|china|india|europe|the uk|the united kingdom|germany|france|italy|brazil)\b|"
+       r"\b(?:canada|mexico|australia|japan|china|india|the uk|germany|france|italy|brazil)(?:'s| law| rules| "
+       r"regulations)\b|"
+       r"\b(?:canadian|mexican|australian|japanese|chinese|british|german|french|italian|brazilian) (?:law|rules|"
+       r"regulations|requirements|government|standards|grades?|grade names|grading|certification)\b"),
     _p("state-law", "a state's or a locality's own law", NOT_FEDERAL, (),
        r"prop(?:osition)? 65|\bcalifornia(?:'s)? (?:law|rules|regulations)|cottage food|"
        r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks?|"

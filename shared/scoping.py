@@ -404,7 +404,9 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
             re.search(rf"\b{re.escape(n)}", lowered) for n in needles
         ):
             scope.titles.append(title)
-    scope.names = question_names(question)
+    # a brand whose generic name the CFR uses ("Xanax" is alprazolam) is not a name the corpus lacks
+    scope.names = [n for n in question_names(question)
+                   if not all(cfr_wording(w) for w in re.findall(r"[A-Z][\w-]+", n) if w.lower() not in _FUNCTION)]
     scope.names += [w for w in catalog.variety_words(question) + substance_words(question)
                     if not any(w.lower() in n.lower() for n in scope.names)]
     cited_refs = {f"{c.title} CFR {c.section}" for c in scope.citations if c.section}

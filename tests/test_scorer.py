@@ -235,6 +235,13 @@ def test_stale_when_the_question_names_an_earlier_date():
     assert covered.refusal is None or covered.refusal.reason != "stale"
 
 
+def test_a_date_that_places_the_askers_own_event_is_not_a_question_about_old_rules():
+    _, retrieval = case_retrieval("stale_date")
+    res = pre_gate("I started making gouda cheese in 1991. What is the minimum milkfat content for gouda cheese?",
+                   retrieval)
+    assert res.refusal is None or res.refusal.reason != "stale"
+
+
 def test_stale_when_the_superseded_version_matches_clearly_better():
     question, retrieval = case_retrieval("stale_superseded_better")
     res = pre_gate(question, retrieval)

@@ -389,6 +389,13 @@ _YEARLY_AMOUNT = re.compile(
 )
 
 
+_ASKS_ABOUT_THE_PAST = re.compile(
+    r"\b(?:was|were|did|had to|used to|back (?:in|then)|as of|at the time|prior to|in effect|in force|previously|"
+    r"formerly|earlier|historical(?:ly)?|originally|old(?:er)? (?:rules?|versions?|text)|then)\b",
+    re.I,
+)
+
+
 def yearly_amount_year(question: str) -> str | None:
     """The year of a year-bound amount the question asks for ("the Part B premium for 2025", "the FY2025
     allotment"): such amounts are announced each year by notice, while the CFR text says how they are figured."""
@@ -759,7 +766,9 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
         )
 
     # 6. a date before the current text ----------------------------------------------------------------
-    dates = question_dates(question)
+    # only when the question asks what applied then ("what was the premium in 1993"), not when the date places an
+    # event of the asker's ("I had a transplant in 2021 ... when does my coverage end")
+    dates = question_dates(question) if _ASKS_ABOUT_THE_PAST.search(question) else []
     if dates:
         cited_hits = [h for h in hits if any(c.exists and _citation_ref(c) == h.cfr_ref for c in scope.citations)]
         target = cited_hits[0] if cited_hits else hits[0]
