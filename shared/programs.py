@@ -400,6 +400,11 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"regulations)\b|"
        r"\b(?:canadian|mexican|australian|japanese|chinese|british|german|french|italian|brazilian) (?:law|rules|"
        r"regulations|requirements|government|standards|grades?|grade names|grading|certification)\b"),
+    _p("general-knowledge", "cooking and kitchen know-how", NOT_FEDERAL, (),
+       r"\bhow (?:long|many minutes) (?:should|do|does|to|can) (?:i |you |we )?(?:boil|bake|roast|grill|fry|rest|cook)\b|"
+       r"\b(?:jammy|runny|soft[- ]boiled|hard[- ]boiled) (?:yolk|egg)s?\b|\bresting (?:a |the )?steak\b"),
+    _p("events", "a particular product's recall or enforcement history (news, not regulation)", NOT_FEDERAL, (),
+       r"\b(?:was|were|has|have|got)\b(?: \w+){0,6} recalled\b|\bwhich lot (?:codes|numbers)\b"),
     _p("state-law", "a state's or a locality's own law", NOT_FEDERAL, (),
        r"prop(?:osition)? 65|\bcalifornia(?:'s)? (?:law|rules|regulations)|cottage food|"
        r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks?|"

@@ -79,3 +79,21 @@ def test_answerable_questions_never_name_only_rules_the_corpus_does_not_hold(dat
         if homes and not any(held(h) for h in homes):
             wrong.append((row["id"], row["question"], [h.name for h in homes]))
     assert wrong == []
+
+
+@pytest.mark.parametrize("question, name", [
+    ("How many minutes should I boil an egg to get a jammy yolk?", "cooking and kitchen know-how"),
+    ("Was Jif peanut butter recalled in 2022, and which lot codes were affected?",
+     "a particular product's recall or enforcement history (news, not regulation)"),
+    ("What are the requirements for popular names like the Produce Safety Rule?", "the Produce Safety Rule"),
+])
+def test_general_knowledge_news_and_popular_rule_names_have_homes(question, name):
+    assert name in [h.name for h, _ in named_homes(question)]
+
+
+@pytest.mark.parametrize("question", [
+    "What must a firm's recall strategy include?",  # recall rules are held (21 CFR part 7)
+    "How long may shell eggs be held before they must be refrigerated at 45 degrees?",
+])
+def test_rule_questions_about_recalls_and_eggs_are_not_general_knowledge(question):
+    assert not [h for h, _ in named_homes(question) if h.family in ("general-knowledge", "events")]
