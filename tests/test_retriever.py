@@ -392,3 +392,11 @@ async def test_the_search_reads_the_cfrs_words_for_everyday_ones(searcher):
     off = await searcher.search(RetrieveRequest(question="When can I sign up for premium-free hospital insurance?",
                                                 scoping=False))
     assert not any(n.startswith("also searched for") for n in off.scope.notes)
+
+
+def test_common_drug_brands_are_searched_by_the_generic_names_the_schedules_use():
+    from shared.scoping import cfr_wording
+
+    assert cfr_wording("Can my Klonopin be refilled?") == ["clonazepam"]
+    assert cfr_wording("Is Ritalin schedule II?") == ["methylphenidate"]
+    assert cfr_wording("Sonata the musical form") == []  # the brand only in a drug context
