@@ -52,7 +52,9 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     # ------------------------------------------------------------------ title 7: food and nutrition, agriculture
     _p("wic", "WIC (the Special Supplemental Nutrition Program for Women, Infants, and Children)", 7, ("246",),
        r"\bwic\b|women,? infants,? and children"),
-    _p("school-meals", "the National School Lunch Program", 7, ("210",), r"school lunch|\bnslp\b|(?:free|reduced[- ]price) (?:or|and|versus|vs\.?) (?:free|reduced[- ]price) (?:school )?(?:lunch|meals?)"),
+    _p("school-meals", "the National School Lunch Program", 7, ("210",),
+       r"school lunch|\bnslp\b|"
+       r"(?:free|reduced[- ]price) (?:or|and|versus|vs\.?) (?:free|reduced[- ]price) (?:school )?(?:lunch|meals?)"),
     _p("school-meals", "the School Breakfast Program", 7, ("220",), r"school breakfast"),
     _p("cacfp", "the Child and Adult Care Food Program", 7, ("226",), r"child and adult care food|\bcacfp\b"),
     _p("sfsp", "the Summer Food Service Program", 7, ("225",), r"summer food service|summer meals? for kids"),
@@ -181,8 +183,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"(?:does|will|would|can) medicare (?:cover|pay)|medicare (?:coverage of|covers?\b)|ambulance|"
        r"advance beneficiary notice|\babn\b"),
     _p("medicare", "Medicare coverage of skilled nursing facility care (the 3-day hospital stay rule)", 42, ("409",),
-       r"(?:3|three)-day (?:inpatient |hospital )*(?:stay|rule|admission)|(?:how many |number of )?days (?:in|of) (?:a )?"
-       r"(?:skilled nursing|snf)\b|(?:cover\w*|pay\w*) (?:for )?(?:a |an |the )?"
+       r"(?:3|three)-day (?:inpatient |hospital )*(?:stay|rule|admission)|"
+       r"(?:how many |number of )?days (?:in|of) (?:a )?(?:skilled nursing|snf)\b|(?:cover\w*|pay\w*) (?:for )?(?:a |an |the )?"
        r"(?:skilled nursing|snf|nursing home) (?:care|stays?)|(?:skilled nursing|snf) (?:care|stays?) coverage"),
     _p("medicare", "Medicare hospital inpatient rules (two-midnight, observation status)", 42, ("412",),
        r"two-midnight|observation (?:status|stays?)"),
@@ -401,7 +403,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\b(?:canadian|mexican|australian|japanese|chinese|british|german|french|italian|brazilian) (?:law|rules|"
        r"regulations|requirements|government|standards|grades?|grade names|grading|certification)\b"),
     _p("general-knowledge", "cooking and kitchen know-how", NOT_FEDERAL, (),
-       r"\bhow (?:long|many minutes) (?:should|do|does|to|can) (?:i |you |we )?(?:boil|bake|roast|grill|fry|rest|cook)\b|"
+       r"\bhow (?:long|many minutes) (?:should|do|does|to|can) (?:i |you |we )?"
+       r"(?:boil|bake|roast|grill|fry|rest|cook)\b|"
        r"\b(?:jammy|runny|soft[- ]boiled|hard[- ]boiled) (?:yolk|egg)s?\b|\bresting (?:a |the )?steak\b"),
     _p("events", "a particular product's recall or enforcement history (news, not regulation)", NOT_FEDERAL, (),
        r"\b(?:was|were|has|have|got)\b(?: \w+){0,6} recalled\b|\bwhich lot (?:codes|numbers)\b"),

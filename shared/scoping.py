@@ -134,10 +134,12 @@ def substance_words(question: str) -> list[str]:
 # particular questions; brand names map to the generic names the rules use.
 _CFR_WORDING: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p, re.I), words) for p, words in (
     (r"\bsign(?:ing|ed)? up\b", "enroll enrollment"),
-    (r"\b(?:sign[- ]?up|enrollment|enroll) (?:window|deadline)s?\b|\bwindow to (?:sign up|enroll)\b", "enrollment period"),
+    (r"\b(?:sign[- ]?up|enrollment|enroll) (?:window|deadline)s?\b|\bwindow to (?:sign up|enroll)\b",
+     "enrollment period"),
     (r"\bfirst (?:sign[- ]?up |enrollment )?(?:window|chance)\b", "initial enrollment period"),
     (r"\bmedicare part a\b|\bpart a (?:premium|coverage|benefits|entitlement)", "hospital insurance"),
-    (r"\bmedicare part b\b|\bpart b (?:premium|coverage|benefits|enrollment|penalty)", "supplementary medical insurance"),
+    (r"\bmedicare part b\b|\bpart b (?:premium|coverage|benefits|enrollment|penalty)",
+     "supplementary medical insurance"),
     (r"\b(?:co-?pays?|co-?payments?|out[- ]of[- ]pocket)\b", "cost sharing"),
     (r"\b(?:er|emergency room)\b", "emergency department"),
     (r"\bkids?\b", "child children"),

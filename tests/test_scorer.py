@@ -132,7 +132,8 @@ def test_siblings_below_a_best_match_outside_their_family_are_not_divergent():
 def test_a_sibling_named_by_the_name_its_standard_gives_the_food_is_singled_out():
     from services.scorer.gates import declared_names
 
-    cream = "(c) Nomenclature. The name of the food is “Light cream”, or alternatively “Coffee cream” or “Table cream”."
+    cream = ("(c) Nomenclature. The name of the food is “Light cream”, or alternatively “Coffee cream” or "
+             "“Table cream”.")
     assert declared_names(cream) == {"light cream", "coffee cream", "table cream"}
     question, retrieval = case_retrieval("divergent_milkfat")
     question = "What is the minimum milkfat for farmhouse cheese?"

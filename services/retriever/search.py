@@ -295,7 +295,8 @@ class Searcher:
     async def coverage(self, conn: asyncpg.Connection, section_ids: list[int],
                        lexemes: list[str]) -> dict[int, tuple[float, float, float]]:
         """Per section: the IDF-weighted share of the question's lexemes it holds in its heading or text, in its
-        hierarchy headings, and in its own heading. Lexemes the corpus lacks are left out (they tell no section from another)."""
+        hierarchy headings, and in its own heading. Lexemes the corpus lacks are left out (they tell no section
+        from another)."""
         n = max(self._doc_count, 1)
         idf = {}
         for lexeme in dict.fromkeys(lexemes):
