@@ -601,6 +601,11 @@ def test_a_yearly_amount_the_text_does_not_state_is_not_found():
     # a point in time, or no amount asked for: the current rule answers it
     assert yearly_amount_year("Is psilocybin still Schedule I in 2025?") is None
     assert yearly_amount_year("As of 2025, how many refills are allowed on a Schedule IV prescription?") is None
+    # the money amount named before the year it is asked for
+    assert yearly_amount_year("What is the dollar income limit for one person to get CSFP in Ohio in 2024?") == "2024"
+    assert yearly_amount_year("Which income brackets trigger the IRMAA surcharge in 2025?") == "2025"
+    # a year that places the asker's own event, with the amount asked about the present
+    assert yearly_amount_year("I had a kidney transplant in 2021; what is that premium based on?") is None
 
     hit = make_hit("21 CFR 133.142", 0.71, 1)
     question = "How much milkfat did gouda need for 2025, in percent?"
@@ -712,3 +717,16 @@ def test_a_substance_no_section_lists_is_not_found_even_under_a_held_program():
         scope=scope, hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid", top_k=10, embedding_model="m"),
         corpus_titles=[21])
     assert res.refusal is None or "Acme Dairy" not in res.refusal.message
+
+
+def test_an_inflation_adjusted_amount_the_text_does_not_state_is_not_found():
+    question = "What is the inflation-adjusted maximum milkfat penalty for gouda, in dollars?"
+    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid",
+                                            top_k=10, embedding_model="m"))
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "inflation-adjusted amount" in res.refusal.message
+    adjusted = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " The penalty is $100, adjusted for inflation as "
+                                                              "published each year.")
+    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[adjusted], mode="hybrid", top_k=10,
+                                            embedding_model="m"))
+    assert res.refusal is None or "inflation-adjusted" not in res.refusal.message

@@ -383,10 +383,15 @@ _YEARLY_AMOUNT = re.compile(
     r"\b(?:for|in) (?:the )?(?:fiscal|calendar|plan|crop|school|program|benefit) year (?P<a>(?:19|20)\d\d)\b"
     r"|\b(?:fy|cy|py) ?(?P<b>(?:19|20)\d\d)\b"
     r"|\bfor (?P<c>(?:19|20)\d\d)\b"
-    r"|\b(?P<d>(?:19|20)\d\d)(?:[-\u2013/]\d\d)? (?:standard )?(?:premiums?|allotments?|amounts?|limits?|rates?|"
-    r"deductibles?|thresholds?|fees?|levels?|figures?|caps?|maximums?|payments?|adjustments?|guidelines?)\b",
+    r"|\b(?P<d>(?:19|20)\d\d)(?:[-\u2013/]\d\d)? (?:\w+ )?(?:premiums?|allotments?|amounts?|limits?|rates?|"
+    r"deductibles?|thresholds?|fees?|levels?|figures?|caps?|maximums?|payments?|adjustments?|guidelines?)\b"
+    # a money amount named before the year it is asked for ("the income limit … in 2024", "IRMAA surcharge in 2025")
+    r"|\b(?:dollars?|income limits?|premiums?|surcharges?|allotments?|penalt(?:y|ies)|co-?pays?|co-?payments?|prices?|"
+    r"brackets?|allowances?)\b[^.?!]{0,80}?\b(?:in|for|during) (?:(?:fiscal|calendar) year )?(?P<e>(?:19|20)\d\d)\b",
     re.I,
 )
+# amounts adjusted for inflation every year are published by notice; the CFR text gives the base amount or the method
+_INFLATION_ADJUSTED = re.compile(r"\binflation[- ]adjust\w*|\badjust\w* for inflation\b", re.I)
 
 
 _ASKS_ABOUT_THE_PAST = re.compile(
@@ -805,6 +810,19 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             f"set for each year by notice (in the Federal Register), while the regulation's text gives only how "
             f"they are figured (closest: {top.cfr_ref}).",
             [_evidence(top, detail=f"closest match; states no figure for {year}")],
+            signals,
+        )
+
+    # 6b'. an inflation-adjusted amount the text does not state -----------------------------------------------
+    if (asks_for_figure(question) and _INFLATION_ADJUSTED.search(question)
+            and not any("inflation" in h.text.lower() for h in hits[: th.pool_size])):
+        top = hits[0]
+        return _refuse(
+            "not_found",
+            f"The question asks for an inflation-adjusted amount, and no matching section states one: such "
+            f"amounts are adjusted each year by notice (in the Federal Register), while the regulation's text gives "
+            f"the base amount or the method (closest: {top.cfr_ref}).",
+            [_evidence(top, detail="closest match; states no inflation-adjusted figure")],
             signals,
         )
 
