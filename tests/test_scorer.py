@@ -603,7 +603,7 @@ def test_a_yearly_amount_the_text_does_not_state_is_not_found():
     assert yearly_amount_year("As of 2025, how many refills are allowed on a Schedule IV prescription?") is None
     # the money amount named before the year it is asked for
     assert yearly_amount_year("What is the dollar income limit for one person to get CSFP in Ohio in 2024?") == "2024"
-    assert yearly_amount_year("Which income brackets trigger the IRMAA surcharge in 2025?") == "2025"
+    assert yearly_amount_year("What income levels trigger the IRMAA surcharge in 2025?") == "2025"
     # a year that places the asker's own event, with the amount asked about the present
     assert yearly_amount_year("I had a kidney transplant in 2021; what is that premium based on?") is None
 
