@@ -266,16 +266,14 @@ class StreamWorker:
             envelope = decode_entry(body if isinstance(body, dict) else json.loads(body))
         except (BadRequest, ValidationError, ValueError) as exc:
             # a poison entry that can never be parsed: straight to the DLQ
-            await self._dead_letter(entry_id, body, f"undecodable entry: {exc}", None)
-            await msg.ack()
+            await self._dead_letter(entry_id, body, f"undecodable entry: {exc}", None, msg.ack)
             return
         bind_request(envelope.request_id, envelope.trace_id)
         deliveries = await msg.get_delivery_count()
         if deliveries > self.settings.max_deliveries:
             last_error = await self.redis.get(self._error_key(entry_id))
             reason = last_error.decode() if last_error else "unknown error"
-            await self._dead_letter(entry_id, body, reason, envelope)
-            await msg.ack()
+            await self._dead_letter(entry_id, body, reason, envelope, msg.ack)
             return
         operation = self.spec.operation(envelope.kind)
         if operation is None:
@@ -353,7 +351,8 @@ class StreamWorker:
                       error=ErrorInfo(code=code, message=message), worker=self.consumer)
         await send_reply(self.redis, envelope.reply_to, reply, self.settings.reply_ttl_s)
 
-    async def _dead_letter(self, entry_id: str, body: Any, error: str, envelope: Envelope | None) -> None:
+    async def _dead_letter(self, entry_id: str, body: Any, error: str, envelope: Envelope | None,
+                           ack: Callable[[], Awaitable[Any]]) -> None:
         raw = body.get(FIELD) if isinstance(body, dict) else body
         if isinstance(raw, bytes):
             raw = raw.decode(errors="replace")
@@ -365,6 +364,7 @@ class StreamWorker:
         )
         metrics.STREAM_MESSAGES.labels(self.spec.name, "dead_letter").inc()
         log.error("entry %s moved to %s: %s", entry_id, self.spec.dlq, error)
+        await ack()  # settled in the stream before the requester hears it was given up
         if envelope is not None:
             await self._reply_error(envelope, "dead_letter", f"gave up after {self.settings.max_deliveries} "
                                                              f"deliveries: {error}")
