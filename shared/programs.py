@@ -452,9 +452,11 @@ _STATE_AS_HOLDER = re.compile(
 )
 
 
+_CANONICAL_STATE = {s.lower(): s for s in US_STATES}
+
+
 def states_named(question: str) -> list[str]:
     """The U.S. States the question asks about as the holder of something ("Michigan's caseload", "the amount
     for Texas"), canonical names."""
-    canonical = {s.lower(): s for s in US_STATES}
-    found = [canonical[(m.group("a") or m.group("b")).lower()] for m in _STATE_AS_HOLDER.finditer(question)]
+    found = [_CANONICAL_STATE[(m.group("a") or m.group("b")).lower()] for m in _STATE_AS_HOLDER.finditer(question)]
     return list(dict.fromkeys(found))

@@ -52,6 +52,12 @@ def make_hit(ref: str, similarity: float | None = 0.6, rank: int = 1, **kw) -> H
     return Hit(**fields)
 
 
+def retrieval_of(*hits: Hit, scope: Scope | None = None) -> RetrieveResult:
+    """A retrieval of the given hits (gouda's standard, similarity 0.71, when none is given)."""
+    return RetrieveResult(scope=scope or Scope(), hits=list(hits) or [make_hit("21 CFR 133.142", 0.71, 1)],
+                          mode="hybrid", top_k=10, embedding_model="m")
+
+
 def case_retrieval(name: str) -> tuple[str, RetrieveResult]:
     case = CASES[name]
     rows = sorted(case["hits"], key=lambda r: -r["similarity"])
@@ -674,28 +680,25 @@ def test_a_states_own_figure_is_not_found_unless_a_section_names_the_state():
     assert states_named("Why are some Florida oranges dyed, and how much dye is allowed?") == []
     assert states_named("What is the limit for Ohio residents?") == []
     question = "How much milkfat must gouda have for Wisconsin?"
-    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid",
-                                            top_k=10, embedding_model="m"))
+    res = pre_gate(question, retrieval_of())
     assert res.refusal is not None and res.refusal.reason == "not_found"
     assert "Wisconsin's own figure" in res.refusal.message and res.refusal.evidence[0].cfr_ref == "21 CFR 133.142"
     # the same question where the section names the State: the section answers for it
     named = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " Wisconsin cheese makers are not excepted.")
-    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[named], mode="hybrid", top_k=10, embedding_model="m"))
+    res = pre_gate(question, retrieval_of(named))
     assert res.refusal is None or "Wisconsin" not in res.refusal.message
     # no figure asked for: the State is not asked about for a figure
-    res = pre_gate("What is Ohio's view of gouda cheese?", RetrieveResult(
-        scope=Scope(), hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid", top_k=10, embedding_model="m"))
+    res = pre_gate("What is Ohio's view of gouda cheese?", retrieval_of())
     assert res.refusal is None or "Ohio" not in res.refusal.message
 
 
 def test_a_dollar_amount_the_best_section_does_not_state_is_not_found():
     question = "What dollar amount of milkfat makes a cheese gouda?"
-    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid",
-                                            top_k=10, embedding_model="m"))
+    res = pre_gate(question, retrieval_of())
     assert res.refusal is not None and res.refusal.reason == "not_found"
     assert "dollar amount" in res.refusal.message and "21 CFR 133.142" in res.refusal.message
     priced = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " The fee is $25 per lot.")
-    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[priced], mode="hybrid", top_k=10, embedding_model="m"))
+    res = pre_gate(question, retrieval_of(priced))
     assert res.refusal is None or "dollar amount" not in res.refusal.message
 
 
@@ -708,25 +711,20 @@ def test_a_substance_no_section_lists_is_not_found_even_under_a_held_program():
     scope = Scope(names=["xylazine"], absent_names=["xylazine"],
                   programs=[ProgramRef(name="DEA controlled substance rules", title=21, parts=["1308"],
                                        home="21 CFR part 1308", said="DEA", held=True)])
-    res = pre_gate(question, RetrieveResult(scope=scope, hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid",
-                                            top_k=10, embedding_model="m"), corpus_titles=[21])
+    res = pre_gate(question, retrieval_of(scope=scope), corpus_titles=[21])
     assert res.refusal is not None and res.refusal.reason == "not_found" and "“xylazine”" in res.refusal.message
     # an absent proper name under a held program is left to the held text, as before
     scope.absent_names = scope.names = ["Acme Dairy"]
-    res = pre_gate(question.replace("xylazine", "Acme Dairy"), RetrieveResult(
-        scope=scope, hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid", top_k=10, embedding_model="m"),
-        corpus_titles=[21])
+    res = pre_gate(question.replace("xylazine", "Acme Dairy"), retrieval_of(scope=scope), corpus_titles=[21])
     assert res.refusal is None or "Acme Dairy" not in res.refusal.message
 
 
 def test_an_inflation_adjusted_amount_the_text_does_not_state_is_not_found():
     question = "What is the inflation-adjusted maximum milkfat penalty for gouda, in dollars?"
-    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[make_hit("21 CFR 133.142", 0.71, 1)], mode="hybrid",
-                                            top_k=10, embedding_model="m"))
+    res = pre_gate(question, retrieval_of())
     assert res.refusal is not None and res.refusal.reason == "not_found"
     assert "inflation-adjusted amount" in res.refusal.message
     adjusted = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " The penalty is $100, adjusted for inflation as "
                                                               "published each year.")
-    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=[adjusted], mode="hybrid", top_k=10,
-                                            embedding_model="m"))
+    res = pre_gate(question, retrieval_of(adjusted))
     assert res.refusal is None or "inflation-adjusted" not in res.refusal.message

@@ -262,8 +262,6 @@ class Searcher:
                                 add(section_id, w.cited_part, "cited_part")
             ranked = sorted(scores, key=lambda sid: -scores[sid])
             if ranked and mode == "hybrid" and (w.text_coverage or w.hierarchy_coverage or w.rerank_subject):
-                if not question_lexemes:
-                    question_lexemes = await db.question_lexemes(conn, lexical_text)
                 head = ranked[: max(w.rerank_depth, top_k)]
                 coverage = await self.coverage(conn, head, question_lexemes)
                 best = scores[head[0]] or 1.0

@@ -814,7 +814,8 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
         )
 
     # 6b'. an inflation-adjusted amount the text does not state -----------------------------------------------
-    if (asks_for_figure(question) and _INFLATION_ADJUSTED.search(question)
+    figure_question = asks_for_figure(question)
+    if (figure_question and _INFLATION_ADJUSTED.search(question)
             and not any("inflation" in h.text.lower() for h in hits[: th.pool_size])):
         top = hits[0]
         return _refuse(
@@ -829,7 +830,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # 6c. a State's own figure -------------------------------------------------------------------------------
     # the federal text says how a State's amount, limit or caseload is set, not what Michigan's is; only a section
     # that names the State can answer for it
-    if asks_for_figure(question):
+    if figure_question:
         for state in states_named(question):
             if not any(re.search(rf"\b{re.escape(state)}\b", h.text, re.I) for h in hits[: th.pool_size]):
                 top = hits[0]
@@ -884,7 +885,6 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
 
     # 8. siblings: divergent, or the one the question names ----------------------------------------------
     pool = entitled[: th.pool_size]
-    figure_question = asks_for_figure(question)
     signals["asks_for_figure"] = float(figure_question)
     family = find_family(pool, th)
     sections = list(entitled)
