@@ -52,8 +52,9 @@ class Settings(BaseSettings):
         "never int8, so `auto` always records all-MiniLM-L6-v2.",
     )
     embedding_threads: int = Field(
-        0, description="CPU threads of the local embedder; 0 = every core available (the retriever: one, so "
-        "PostgreSQL keeps a core for the searches it runs alongside the query embedding)."
+        0, description="CPU cores of the local embedder (that many batches run side by side, one runtime thread "
+        "each); 0 = every core available (the retriever: one, so PostgreSQL keeps a core for the searches it runs "
+        "alongside the query embedding)."
     )
     embedding_batch_tokens: int = Field(
         8192, description="Local embedder: cap on padded tokens per batch (texts are sorted by token length)."

