@@ -97,6 +97,7 @@ class ProgramRef(BaseModel):
     held: bool  # whether the corpus holds (one of) those parts
     home: str = ""  # where the rule lives, for people: "42 CFR part 423"; "no part of the CFR" (title 0: a
     #                 country's or a state's own law)
+    family: str = ""  # shared.programs family ("medicare", "general-knowledge", ...)
 
 
 class Scope(BaseModel):

@@ -407,7 +407,11 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"(?:boil|bake|roast|grill|fry|rest|cook)\b|"
        r"\b(?:jammy|runny|soft[- ]boiled|hard[- ]boiled) (?:yolk|egg)s?\b|\bresting (?:a |the )?steak\b"),
     _p("events", "a particular product's recall or enforcement history (news, not regulation)", NOT_FEDERAL, (),
-       r"\b(?:was|were|has|have|got)\b(?: \w+){0,6} recalled\b|\bwhich lot (?:codes|numbers)\b"),
+       r"\b(?:was|were|has|have|got)\b(?: \w+){0,6} recalled\b|\bwhich lot (?:codes|numbers)\b|"
+       r"\b(?:ever|has|have|did|was|were)\b[^.?!]{0,60}\bwarning letters?\b|\bform 483s?\b|\b483 observations?\b"),
+    _p("general-knowledge", "how a drug acts in the body (pharmacology), which no regulation states", NOT_FEDERAL,
+       (), r"\bhalf[- ]li(?:fe|ves)\b|\bstays? in (?:your|my|his|her|the) (?:system|body|blood(?:stream)?)\b|"
+           r"\bmechanism of action\b|\bhow (?:is|are|does|do) (?:\w+ ){1,3}metaboli[sz]ed\b"),
     _p("state-law", "a state's or a locality's own law", NOT_FEDERAL, (),
        r"prop(?:osition)? 65|\bcalifornia(?:'s)? (?:law|rules|regulations)|cottage food|"
        r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks?|"
@@ -453,6 +457,23 @@ _STATE_AS_HOLDER = re.compile(
 
 
 _CANONICAL_STATE = {s.lower(): s for s in US_STATES}
+
+
+# a State as the one making the rule ("does Texas require a doctor's note", "is it legal to sell raw milk in
+# Pennsylvania"): that is the State's own law or policy, which a federal section answers only if it names the State
+_STATE_RULING = re.compile(
+    rf"\b(?:does|do|can|will|would|could|did|may)\s+(?:the\s+state\s+of\s+)?(?P<a>{_STATE_NAMES})\s+"
+    rf"(?:require|make|let|allow|permit|ban|prohibit|charge|set|cap|limit|have\s+(?:a|its\s+own|any))\b|"
+    rf"\b(?:legal|illegal|allowed|permitted|banned|against\s+the\s+law)\b[^.?!]{{0,60}}?\bin\s+(?:the\s+state\s+of\s+)?"
+    rf"(?P<b>{_STATE_NAMES})\s*(?:[?.!,;]|$)",  # the clause ends there: "legal for my pharmacy in Ohio to sell" is not
+    re.I,
+)
+
+
+def states_ruling(question: str) -> list[str]:
+    """The U.S. States whose own rule the question asks about ("does Texas require …", "legal … in Ohio")."""
+    found = [_CANONICAL_STATE[(m.group("a") or m.group("b")).lower()] for m in _STATE_RULING.finditer(question)]
+    return list(dict.fromkeys(found))
 
 
 def states_named(question: str) -> list[str]:

@@ -83,7 +83,7 @@ class CatalogEntry:
 def _named_programs(question: str, catalog: "Catalog") -> list[ProgramRef]:
     """The programs, agencies and laws the question names (``shared.programs``), each marked held or not."""
     return [ProgramRef(name=home.name, title=home.title, parts=list(home.parts), said=said, home=home.home,
-                       held=home.title in catalog.titles and (not home.parts
+                       family=home.family, held=home.title in catalog.titles and (not home.parts
                                                               or any((home.title, p) in catalog.parts for p in home.parts)))
             for home, said in named_homes(question)]
 

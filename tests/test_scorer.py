@@ -728,3 +728,94 @@ def test_an_inflation_adjusted_amount_the_text_does_not_state_is_not_found():
                                                               "published each year.")
     res = pre_gate(question, retrieval_of(adjusted))
     assert res.refusal is None or "inflation-adjusted" not in res.refusal.message
+
+
+def test_a_measure_none_of_the_best_sections_gives_is_not_found():
+    from services.scorer.gates import asked_measure, gives_measure
+
+    assert asked_measure("How many calories are in a tablespoon of mayonnaise?") == "calories"
+    assert asked_measure("What is the action level for aflatoxin in peanut butter, in parts per billion?") == \
+        "concentration"
+    assert asked_measure("How many gallons of sap make a gallon of maple syrup?") == "volume"
+    assert asked_measure("How many hours should I fast before a blood test?") == "time"
+    # "how long" is answered in words as often as in figures ("the eighth consecutive month"): not a measure
+    assert asked_measure("How long is the special enrollment period?") is None
+    assert asked_measure("What is the minimum milkfat of gouda?") is None
+    assert gives_measure(GOUDA, "concentration") is False and gives_measure("at most 20 ppb", "concentration")
+    res = pre_gate("How many calories are in a slice of gouda?", retrieval_of())
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "a number of calories" in res.refusal.message and res.refusal.evidence[0].cfr_ref == "21 CFR 133.142"
+    counted = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " A 1-ounce serving provides 110 calories.")
+    res = pre_gate("How many calories are in a slice of gouda?", retrieval_of(counted))
+    assert res.refusal is None or "calories" not in res.refusal.message
+
+
+def test_a_states_own_rule_is_not_found_unless_a_section_names_the_state():
+    from shared.programs import states_ruling
+
+    assert states_ruling("Does Texas make seniors get a doctor's note before they can get CSFP food boxes?") == \
+        ["Texas"]
+    assert states_ruling("Is it legal for me to sell raw milk at my farm stand in Pennsylvania?") == ["Pennsylvania"]
+    # where the asker is: the federal rule applies there as everywhere
+    assert states_ruling("Is it legal for my pharmacy in Ohio to sell 9 grams of pseudoephedrine a month?") == []
+    assert states_ruling("Does the federal rule require a doctor's note in Texas clinics?") == []
+    res = pre_gate("Does Wisconsin require gouda to be aged?", retrieval_of())
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "Wisconsin's own rule" in res.refusal.message
+    named = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " Wisconsin cheese makers are not excepted.")
+    res = pre_gate("Does Wisconsin require gouda to be aged?", retrieval_of(named))
+    assert res.refusal is None or "Wisconsin" not in res.refusal.message
+
+
+def test_a_program_asked_for_is_not_found_when_only_the_askers_own_program_is_held():
+    from services.scorer.gates import asked_to_join
+
+    question = "I'm pregnant and already on Medicaid. Does that automatically make me income-eligible for WIC?"
+    assert asked_to_join(question, "WIC") and not asked_to_join(question, "Medicaid")
+    programs = [ProgramRef(name="Medicaid", title=42, parts=["436"], home="42 CFR part 436", said="Medicaid",
+                           held=True),
+                ProgramRef(name="WIC", title=7, parts=["246"], home="7 CFR part 246", said="WIC", held=False)]
+    res = pre_gate(question, retrieval_of(scope=Scope(programs=programs)), corpus_titles=[7, 21, 42])
+    assert res.refusal is not None and res.refusal.reason == "not_found" and "7 CFR part 246" in res.refusal.message
+    # the held program asked for, the unheld one the asker's situation: the held text may answer
+    question = "I already get WIC. Am I eligible for Medicaid too?"
+    res = pre_gate(question, retrieval_of(scope=Scope(programs=programs)), corpus_titles=[7, 21, 42])
+    assert res.refusal is None or "7 CFR part 246" not in res.refusal.message
+
+
+def test_general_knowledge_about_a_held_subject_and_a_companys_history_have_no_cfr_home():
+    from shared.programs import named_homes
+
+    def families(question: str) -> set[str]:
+        return {home.family for home, _ in named_homes(question)}
+
+    assert "general-knowledge" in families("What's the half-life of diphenhydramine in a nighttime sleep aid?")
+    assert "general-knowledge" in families("How long does pseudoephedrine stay in your system?")
+    assert "events" in families("Has the FDA ever sent Blue Bell Creameries a warning letter?")
+    assert "events" not in families("What must a warning statement on a dietary supplement say?")
+    question = "What's the half-life of diphenhydramine in a nighttime sleep aid?"
+    programs = [ProgramRef(name="OTC nighttime sleep-aids", title=21, parts=["338"], home="21 CFR part 338",
+                           said="sleep aid", held=True),
+                ProgramRef(name="pharmacology", title=0, home="no part of the CFR", said="half-life", held=False,
+                           family="general-knowledge")]
+    res = pre_gate(question, retrieval_of(scope=Scope(programs=programs)), corpus_titles=[21])
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "no federal regulation governs" in res.refusal.message
+
+
+def test_coverage_also_counts_what_is_asked_without_the_askers_circumstances():
+    from services.scorer.support import asked_part
+
+    assert asked_part("I own a small-town pharmacy. For pseudoephedrine, what's the most I can sell a day?") == \
+        "For pseudoephedrine, what's the most I can sell a day?"
+    # a statement that is not the asker's own circumstance stays; a single sentence is the question itself
+    assert asked_part("Gouda is a cheese. What is its minimum milkfat?") == \
+        "Gouda is a cheese. What is its minimum milkfat?"
+    assert asked_part("My mom is 62, is she old enough?") == "My mom is 62, is she old enough?"
+
+
+def test_year_bound_amounts_named_with_more_words():
+    from services.scorer.gates import yearly_amount_year
+
+    assert yearly_amount_year("What is the 2024 federal poverty guideline for a household of three?") == "2024"
+    assert yearly_amount_year("How much is the Medicare Part A hospital inpatient deductible in 2024?") == "2024"

@@ -74,6 +74,7 @@ class ScorerThresholds:
 
     # --- divergent / conflicting -----------------------------------------------------------------------
     pool_size: int = 8  # top entitled hits looked at for siblings and conflicts
+    measure_top_n: int = 2  # best hits searched for a figure in the unit a question asks for ("how many calories")
     sibling_similarity_window: float = 0.12  # siblings within this cosine of the best sibling
     min_siblings: int = 2
     figure_window_tokens: int = 10  # a figure belongs to a key term within this many tokens

@@ -42,7 +42,7 @@ from shared.messages import (
     RetrieveResult,
     SentenceSupport,
 )
-from shared.programs import states_named
+from shared.programs import states_named, states_ruling
 from shared.scoping import substance_words
 
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence
@@ -56,6 +56,7 @@ from services.scorer.figures import (
 )
 from services.scorer.support import (
     QUESTION_FRAME,
+    asked_part,
     STOPWORDS,
     UNIT_WORDS,
     CorpusStats,
@@ -351,7 +352,7 @@ _ASKS_FOR_FIGURE = re.compile(
     r"temperatures?|degrees?|days?|hours?|minutes?|seconds?|weeks?|months?|years?|amounts?|levels?|contents?|"
     r"sizes?|weights?|volumes?|rates?|doses?|dosages?|concentrations?|ppm|mg|milligrams?|grams?|calories|"
     r"deadlines?|periods?|fees?|costs?|prices?|tolerances?|proportions?|ratios?|quantity|quantities|dollars?|"
-    r"premiums?|allotments?|allowances?|deductibles?|"
+    r"premiums?|allotments?|allowances?|deductibles?|poverty (?:guidelines?|levels?|lines?)|"
     r"what\s+(?:percent|temperature|level|amount))\b|%|\$",
     re.I,
 )
@@ -364,6 +365,59 @@ _ASKS_FOR_DOLLARS = re.compile(
     re.I,
 )
 _STATES_DOLLARS = re.compile(r"\$\s?\d|\bdollars?\b", re.I)
+
+
+# a measure the question asks for by its unit ("how many calories", "in parts per billion"), and the
+# canonical units (services.scorer.figures) a section's figure must have to give it
+_MEASURES: dict[str, frozenset[str]] = {
+    "calories": frozenset({"calories"}),
+    "weight": frozenset({"mg", "mcg", "g", "kg", "pounds", "ounces"}),
+    "volume": frozenset({"fl oz", "gallons", "quarts", "pints", "ml", "liters", "ounces"}),
+    "concentration": frozenset({"ppm", "ppb"}),
+    "temperature": frozenset({"°F", "°C", "degrees"}),
+    "length": frozenset({"inches", "feet", "mm", "cm", "meters"}),
+    "time": frozenset({"days", "weeks", "months", "years", "hours", "minutes", "seconds"}),
+}
+_MEASURE_WORDS = [
+    ("calories", r"calories|kcals?|kilocalories"),
+    ("weight", r"milligrams|micrograms|grams|kilograms|pounds|ounces|mg|mcg"),
+    ("volume", r"gallons|quarts|pints|liters|litres|milliliters|fluid ounces"),
+    ("concentration", r"parts per (?:million|billion)|ppm|ppb"),
+    ("temperature", r"degrees"),
+    ("length", r"inches|feet|centimeters|millimeters|meters"),
+]
+_ASKS_FOR_MEASURE = [
+    (measure, re.compile(rf"\bhow (?:many|much) (?:{words})\b|\b(?:in|into) (?:{words})\b(?=[^.]*\?|\s*$)|"
+                         rf"\bnumber of (?:{words})\b", re.I))
+    for measure, words in _MEASURE_WORDS
+] + [("temperature", re.compile(r"\bwhat temperature\b|\bhow (?:hot|cold)\b", re.I)),
+     # not "how long": a rule gives durations in words as often as in figures ("the eighth consecutive month")
+     ("time", re.compile(r"\bhow many (?:days|weeks|months|years|hours|minutes)\b", re.I))]
+
+
+def asked_measure(question: str) -> str | None:
+    """The kind of measure the question asks for by its unit: "calories", "weight", "time", ... or None."""
+    return next((measure for measure, pattern in _ASKS_FOR_MEASURE if pattern.search(question)), None)
+
+
+def gives_measure(text: str, measure: str) -> bool:
+    """Whether the text states a figure in one of the measure's units."""
+    units = _MEASURES[measure]
+    return any(f.unit in units for f in extract_figures(text))
+
+
+_JOINING = re.compile(
+    r"\b(?:eligible|eligibility|qualify|qualified|qualifies|apply|applying|enroll|enrolling|sign(?:ed|ing)? up|"
+    r"get|getting|receive|receiving|benefits?|approved)\s+(?:for|in|into|from|to)\s+(?:the\s+)?(?:[\w-]+\s+){0,2}$",
+    re.I,
+)
+
+
+def asked_to_join(question: str, said: str) -> bool:
+    """Whether the program the question names with ``said`` is the one it asks to qualify for, apply to or get
+    ("am I eligible for WIC", "can I sign up for Medigap"), not the asker's situation ("I'm on Medicaid")."""
+    at = question.lower().find(said.lower())
+    return at >= 0 and bool(_JOINING.search(question[max(0, at - 60):at]))
 
 
 def asks_for_figure(question: str) -> bool:
@@ -383,11 +437,11 @@ _YEARLY_AMOUNT = re.compile(
     r"\b(?:for|in) (?:the )?(?:fiscal|calendar|plan|crop|school|program|benefit) year (?P<a>(?:19|20)\d\d)\b"
     r"|\b(?:fy|cy|py) ?(?P<b>(?:19|20)\d\d)\b"
     r"|\bfor (?P<c>(?:19|20)\d\d)\b"
-    r"|\b(?P<d>(?:19|20)\d\d)(?:[-\u2013/]\d\d)? (?:\w+ )?(?:premiums?|allotments?|amounts?|limits?|rates?|"
+    r"|\b(?P<d>(?:19|20)\d\d)(?:[-\u2013/]\d\d)? (?:\w+ ){0,2}(?:premiums?|allotments?|amounts?|limits?|rates?|"
     r"deductibles?|thresholds?|fees?|levels?|figures?|caps?|maximums?|payments?|adjustments?|guidelines?)\b"
     # a money amount named before the year it is asked for ("the income limit … in 2024", "IRMAA surcharge in 2025")
     r"|\b(?:dollars?|income limits?|premiums?|surcharges?|allotments?|penalt(?:y|ies)|co-?pays?|co-?payments?|prices?|"
-    r"brackets?|allowances?)\b[^.?!]{0,80}?\b(?:in|for|during) (?:(?:fiscal|calendar) year )?(?P<e>(?:19|20)\d\d)\b",
+    r"brackets?|allowances?|deductibles?|coinsurance|poverty (?:guidelines?|levels?|lines?)|income thresholds?)\b[^.?!]{0,80}?\b(?:in|for|during) (?:(?:fiscal|calendar) year )?(?P<e>(?:19|20)\d\d)\b",
     re.I,
 )
 # amounts adjusted for inflation every year are published by notice; the CFR text gives the base amount or the method
@@ -570,8 +624,11 @@ def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThreshol
     fulltext_top = bool(hits) and hits[0].fulltext_rank is not None and hits[0].fulltext_rank <= n
     # IDF-weighted question-term coverage of the best of the top hits: a rare question word no top section
     # holds ("EMTALA", "glyphosate") weighs most
-    idf_cov = max((idf_coverage(question, "\n".join([h.heading, h.text, *h.editorial_notes]), corpus_stats)
-                   for h in hits[: th.coverage_top_n]), default=0.0)
+    # also without the asker's circumstances ("I own a small-town pharmacy."), which no section need cover; but
+    # the circumstances may name the subject ("setting up an IRB."), so the better of the two
+    variants = dict.fromkeys((question, asked_part(question)))
+    idf_cov = max((idf_coverage(v, "\n".join([h.heading, h.text, *h.editorial_notes]), corpus_stats)
+                   for h in hits[: th.coverage_top_n] for v in variants), default=0.0)
     # the question's rarest word that the corpus has at all ("zolpidem": one section) is in the top hit: the
     # words point at one section however loosely the whole question's meaning matches it
     rare_anchor = False
@@ -688,6 +745,12 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # section, which is exactly the near miss for a Part D question.
     unheld = [p for p in scope.programs if not p.held]
     held_named = bool(cited_existing) or any(p.held for p in scope.programs)
+    # ... unless what the question asks to get is the program held nowhere here ("I'm on Medicaid; am I eligible
+    # for WIC?" names Medicaid only as the asker's situation), or it asks for general knowledge about a held
+    # subject ("the half-life of diphenhydramine" in a nighttime sleep-aid)
+    if unheld and held_named and not cited_existing:
+        unheld = [p for p in unheld if p.family == "general-knowledge" or asked_to_join(question, p.said)]
+        held_named = not unheld
     if unheld and not held_named:
         federal = [p for p in unheld if p.title]
         other = [p for p in unheld if not p.title]  # a country's or a state's own law: no CFR part at all
@@ -827,21 +890,22 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             signals,
         )
 
-    # 6c. a State's own figure -------------------------------------------------------------------------------
-    # the federal text says how a State's amount, limit or caseload is set, not what Michigan's is; only a section
-    # that names the State can answer for it
-    if figure_question:
-        for state in states_named(question):
-            if not any(re.search(rf"\b{re.escape(state)}\b", h.text, re.I) for h in hits[: th.pool_size]):
-                top = hits[0]
-                return _refuse(
-                    "not_found",
-                    f"The question asks for {state}'s own figure, and no matching section names {state}: the "
-                    f"regulations here say how such figures are set for every State, not what one State's is "
-                    f"(closest: {top.cfr_ref}).",
-                    [_evidence(top, detail=f"closest match; does not mention {state}")],
-                    signals,
-                )
+    # 6c. a State's own figure or rule ---------------------------------------------------------------------------
+    # the federal text says how a State's amount, limit or caseload is set, not what Michigan's is, nor what Texas
+    # has chosen to require; only a section that names the State can answer for it
+    holders = states_named(question) if figure_question else []
+    for state in dict.fromkeys(holders + states_ruling(question)):
+        if not any(re.search(rf"\b{re.escape(state)}\b", h.text, re.I) for h in hits[: th.pool_size]):
+            top = hits[0]
+            what = "figure" if state in holders else "rule"
+            return _refuse(
+                "not_found",
+                f"The question asks for {state}'s own {what}, and no matching section names {state}: the "
+                f"regulations here say what applies in every State, not what one State has decided for itself "
+                f"(closest: {top.cfr_ref}).",
+                [_evidence(top, detail=f"closest match; does not mention {state}")],
+                signals,
+            )
 
     # 6d. a dollar amount the best section does not state ------------------------------------------------------
     if _ASKS_FOR_DOLLARS.search(question) and not _STATES_DOLLARS.search(hits[0].text):
@@ -851,6 +915,21 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             f"The question asks for a dollar amount, and the best-matching section, {top.cfr_ref}, states none: "
             f"it sets the rule, not the amount, which is set elsewhere or by notice.",
             [_evidence(top, detail="best match; states no dollar figure")],
+            signals,
+        )
+
+    # 6e. a measure none of the best sections gives ------------------------------------------------------------
+    # "how many calories are in mayonnaise" lands on the mayonnaise standard, which sets ingredients, not calories;
+    # a section that answers "how long", "how many grams" or "in parts per billion" states a figure in that unit
+    measure = asked_measure(question)
+    if measure and not any(gives_measure(h.text, measure) for h in hits[: th.measure_top_n]):
+        top = hits[0]
+        wanted = {"time": "a length of time", "calories": "a number of calories"}.get(measure, f"a {measure}")
+        return _refuse(
+            "not_found",
+            f"The question asks for {wanted}, and none of the best-matching sections ({top.cfr_ref} and the next "
+            f"{min(len(hits), th.measure_top_n) - 1}) states one, so no regulation here gives that figure.",
+            [_evidence(h, detail=f"states no {measure} figure") for h in hits[: min(3, th.measure_top_n)]],
             signals,
         )
 

@@ -308,6 +308,20 @@ def question_key_stems(question: str) -> set[str]:
     return set(content_words(question.replace("\u2019", "'"), drop=QUESTION_FRAME | UNIT_WORDS))
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'\u201c(])")
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|we|we're|our|us)\b", re.I)
+
+
+def asked_part(question: str) -> str:
+    """The question without the asker's own circumstances told before or after it ("I own a small-town pharmacy.
+    For pseudoephedrine …, what's the most I can sell?"): what a section must cover is what is asked."""
+    sentences = _SENTENCE_END.split(question.strip())
+    if len(sentences) < 2 or not any(s.rstrip().endswith("?") for s in sentences):
+        return question
+    kept = [s for s in sentences if s.rstrip().endswith("?") or not _FIRST_PERSON.search(s)]
+    return " ".join(kept)
+
+
 def idf_coverage(question: str, text: str, stats: "CorpusStats | None") -> float:
     """IDF-weighted share of the question's key stems found in ``text`` (a rare word the text lacks weighs
     most); plain share without corpus statistics."""
