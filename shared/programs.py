@@ -154,7 +154,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"510\s*\(k\)|premarket (?:notification|approval)|quality (?:system|management system) (?:regulation|requirements)|"
        r"medical device (?:reports?|reporting|registration|listing|classification|labeling|establishment)|"
        r"device[- ]related deaths?|class (?:i|ii|iii|1|2|3) (?:medical )?devices?|unique device identifier|\budi\b|"
-       r"hearing aids?|pacemakers?|(?:surgical|medical) implants?|software as a medical device"),
+       r"hearing aids?|pacemakers?|(?:surgical|medical) implants?|software as a medical device|"
+       r"device user facilit\w*|infusion pumps?|(?:device|pump|implant)s?\b[^.?!]{0,30}\bmalfunction\w*"),
     _p("radiological", "radiation-emitting electronic products (lasers, tanning, microwaves, X-ray)", 21,
        ("1000", "1002", "1010", "1020", "1030", "1040", "1050"),
        r"laser (?:products?|pointers?)|\blasers?\b|tanning (?:beds?|booths?|lamps?|devices?)|"
@@ -405,16 +406,31 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("general-knowledge", "cooking and kitchen know-how", NOT_FEDERAL, (),
        r"\bhow (?:long|many minutes) (?:should|do|does|to|can) (?:i |you |we )?"
        r"(?:boil|bake|roast|grill|fry|rest|cook)\b|"
-       r"\b(?:jammy|runny|soft[- ]boiled|hard[- ]boiled) (?:yolk|egg)s?\b|\bresting (?:a |the )?steak\b"),
+       r"\b(?:jammy|runny|soft[- ]boiled|hard[- ]boiled) (?:yolk|egg)s?\b|\bresting (?:a |the )?steak\b|"
+       r"\b(?:best way|how (?:should|do|can) (?:i|we|you)) (?:to )?store\b[^.?!]{0,60}\b(?:at home|homemade|after (?:i |you )?open"
+       r"|opened|leftovers?|mou?ld)|\b(?:grows?|growing|get|gets|getting) mou?ldy?\b"),
+    _p("general-knowledge", "nutrition science (what foods naturally contain, their health effects)", NOT_FEDERAL,
+       (), r"\bnaturally (?:lowest|highest|low|high|rich) in\b|\blactose[- ]intoleran\w*|"
+           r"\bhow many calories (?:are|is) (?:in|there in)\b"),
+    _p("general-knowledge", "how long an agency takes in practice (processing times), which no regulation states",
+       NOT_FEDERAL, (),
+       r"\b(?:usually|typically|normally|on average|in practice)\b[^.?!]{0,50}?\btakes?\b|"
+       r"\btakes?\b[^.?!]{0,50}?\b(?:usually|typically|normally|on average|in practice)\b"),
+    _p("general-knowledge", "counts of people or businesses in a program (statistics, not regulation)",
+       NOT_FEDERAL, (),
+       r"\bhow many (?:people|persons|americans|households|families|stores|retailers|recipients|participants|"
+       r"beneficiaries|pharmacies|companies|firms|seniors|children|kids)\b (?:are|were|have been|got|get|receive|received)"
+       r" (?:currently |now |still )?(?:enrolled|participating|served|receiving|on|in|using|authorized|disqualified)\b"),
     _p("events", "a particular product's recall or enforcement history (news, not regulation)", NOT_FEDERAL, (),
        r"\b(?:was|were|has|have|got)\b(?: \w+){0,6} recalled\b|\bwhich lot (?:codes|numbers)\b|"
-       r"\b(?:ever|has|have|did|was|were)\b[^.?!]{0,60}\bwarning letters?\b|\bform 483s?\b|\b483 observations?\b"),
+       r"\b(?:ever|has|have|did|was|were)\b[^.?!]{0,60}\bwarning letters?\b|\bform 483s?\b|\b483 observations?\b|"
+       r"\b(?:which|what) (?:\w+ ){0,3}(?:were|was|got|have been|has been) (?:fined|penalized|sanctioned|sued|shut down)\b"),
     _p("general-knowledge", "how a drug acts in the body (pharmacology), which no regulation states", NOT_FEDERAL,
        (), r"\bhalf[- ]li(?:fe|ves)\b|\bstays? in (?:your|my|his|her|the) (?:system|body|blood(?:stream)?)\b|"
            r"\bmechanism of action\b|\bhow (?:is|are|does|do) (?:\w+ ){1,3}metaboli[sz]ed\b"),
     _p("state-law", "a state's or a locality's own law", NOT_FEDERAL, (),
        r"prop(?:osition)? 65|\bcalifornia(?:'s)? (?:law|rules|regulations)|cottage food|"
-       r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks?|"
+       r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks? (?:permits?|licen\w+|inspections?|rules|laws|regulations)|"
        r"food handler(?:'s|s)? (?:cards?|permits?|licen\w+)|prescription drug monitoring program|\bpdmps?\b|"
        r"(?:marijuana|cannabis) dispensar(?:y|ies)|liquor licen\w+|business licen\w+|zoning|"
        r"\b(?:texas|florida|new york|illinois|ohio|georgia|michigan|washington state)(?:'s)? "
@@ -451,7 +467,9 @@ _STATE_NAMES = "|".join(sorted((re.escape(s) for s in US_STATES), key=len, rever
 # there as everywhere) nor a word describing a product ("Florida oranges")
 _STATE_AS_HOLDER = re.compile(
     rf"\b(?:to|for)\s+(?:the\s+state\s+of\s+)?(?P<a>{_STATE_NAMES})\b(?!\s+(?:residents?|households?|families|"
-    rf"businesses|stores?|pharmac\w+|hospitals?|farms?|companies))|\b(?P<b>{_STATE_NAMES})(?:'s|\u2019s)",
+    rf"businesses|stores?|pharmac\w+|hospitals?|farms?|companies))|\b(?P<b>{_STATE_NAMES})(?:'s|\u2019s)|"
+    # the place the asked figure is for, at the end of the question ("the Medicaid copay for a visit in Georgia?")
+    rf"\bin\s+(?:the\s+state\s+of\s+)?(?P<c>{_STATE_NAMES})\s*(?:this year|right now|now|today|currently)?\s*\?",
     re.I,
 )
 
@@ -479,5 +497,6 @@ def states_ruling(question: str) -> list[str]:
 def states_named(question: str) -> list[str]:
     """The U.S. States the question asks about as the holder of something ("Michigan's caseload", "the amount
     for Texas"), canonical names."""
-    found = [_CANONICAL_STATE[(m.group("a") or m.group("b")).lower()] for m in _STATE_AS_HOLDER.finditer(question)]
+    found = [_CANONICAL_STATE[(m.group("a") or m.group("b") or m.group("c")).lower()]
+             for m in _STATE_AS_HOLDER.finditer(question)]
     return list(dict.fromkeys(found))

@@ -819,3 +819,26 @@ def test_year_bound_amounts_named_with_more_words():
 
     assert yearly_amount_year("What is the 2024 federal poverty guideline for a household of three?") == "2024"
     assert yearly_amount_year("How much is the Medicare Part A hospital inpatient deductible in 2024?") == "2024"
+
+
+def test_processing_times_statistics_home_storage_and_nutrition_science_have_no_cfr_home():
+    from shared.programs import named_homes, states_named
+
+    def families(question: str) -> set[str]:
+        return {home.family for home, _ in named_homes(question)}
+
+    assert "general-knowledge" in families("How long does DEA usually take in practice to approve a registration?")
+    assert "general-knowledge" in families("How many people are enrolled in CSFP nationwide right now?")
+    assert "general-knowledge" in families("What's the best way to store homemade maple syrup after I open it?")
+    assert "general-knowledge" in families("Which cheeses are naturally lowest in lactose?")
+    assert "events" in families("Which pharmacies in Ohio were fined by the DEA last year?")
+    # the rule's own deadline, a count the rule sets, a storage rule for a business: the CFR may answer
+    assert "general-knowledge" not in families("How long does FNS have to decide a store's appeal?")
+    assert "general-knowledge" not in families("How many people can serve on an IRB?")
+    assert "general-knowledge" not in families("How must a warehouse store shell eggs?")
+    # a food truck is where a seller sells; its permits are the locality's
+    assert "state-law" not in families("I sell pseudoephedrine from a food truck: what is the daily limit?")
+    assert "state-law" in families("Do I need a food truck permit to sell tamales?")
+    # the State a figure is asked for, at the end of the question
+    assert states_named("What's the Medicaid copay for a regular doctor's office visit in Georgia?") == ["Georgia"]
+    assert states_named("What's the CSFP income limit for a single senior in Texas this year?") == ["Texas"]

@@ -352,7 +352,8 @@ _ASKS_FOR_FIGURE = re.compile(
     r"temperatures?|degrees?|days?|hours?|minutes?|seconds?|weeks?|months?|years?|amounts?|levels?|contents?|"
     r"sizes?|weights?|volumes?|rates?|doses?|dosages?|concentrations?|ppm|mg|milligrams?|grams?|calories|"
     r"deadlines?|periods?|fees?|costs?|prices?|tolerances?|proportions?|ratios?|quantity|quantities|dollars?|"
-    r"premiums?|allotments?|allowances?|deductibles?|poverty (?:guidelines?|levels?|lines?)|"
+    r"premiums?|allotments?|allowances?|deductibles?|poverty (?:guidelines?|levels?|lines?)|co-?pays?|co-?payments?|"
+    r"coinsurance|"
     r"what\s+(?:percent|temperature|level|amount))\b|%|\$",
     re.I,
 )
@@ -406,6 +407,9 @@ def gives_measure(text: str, measure: str) -> bool:
     return any(f.unit in units for f in extract_figures(text))
 
 
+# families whose naming is the question's ask whatever held program it mentions: "the half-life of
+# diphenhydramine in a sleep aid", "which pharmacies were fined by the DEA"
+ASKED_AS_SUCH = frozenset({"general-knowledge", "events"})
 _JOINING = re.compile(
     r"\b(?:eligible|eligibility|qualify|qualified|qualifies|apply|applying|enroll|enrolling|sign(?:ed|ing)? up|"
     r"get|getting|receive|receiving|benefits?|approved)\s+(?:for|in|into|from|to)\s+(?:the\s+)?(?:[\w-]+\s+){0,2}$",
@@ -749,7 +753,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # for WIC?" names Medicaid only as the asker's situation), or it asks for general knowledge about a held
     # subject ("the half-life of diphenhydramine" in a nighttime sleep-aid)
     if unheld and held_named and not cited_existing:
-        unheld = [p for p in unheld if p.family == "general-knowledge" or asked_to_join(question, p.said)]
+        unheld = [p for p in unheld if p.family in ASKED_AS_SUCH or asked_to_join(question, p.said)]
         held_named = not unheld
     if unheld and not held_named:
         federal = [p for p in unheld if p.title]
