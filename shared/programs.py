@@ -73,7 +73,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\b(?:snap|food stamps?)\b.{0,60}\btime limits?\b|maximum (?:monthly )?(?:snap|food stamp) benefits?"),
     _p("snap", "SNAP", 7, ("271", "272", "274", "275", "276", "277", "278", "279", "280"),
        r"\bsnap\b|food stamps?|supplemental nutrition assistance"),
-    _p("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food"),
+    _p("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food|\b(?:senior|elderly) food box(?:es)?\b"),
     # the popular names of rules the corpus holds: a name like "the Produce Safety Rule" appears nowhere in the CFR
     # text, so without these a question that uses it looks like it names something the corpus lacks
     _p("produce-safety", "the Produce Safety Rule", 21, ("112",), r"produce safety rule|\bproduce rule\b"),
@@ -172,6 +172,9 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("dea", "DEA controlled substance rules", 21, ("1300", "1301", "1304", "1306", "1308"),
        r"\bdea\b|controlled substances?|schedule (?:i|ii|iii|iv|v)\b"),
     # ------------------------------------------------------------------ title 42: Medicare and Medicaid, public health
+    _p("medicare", "the IRMAA income brackets and amounts (set by the Social Security Administration)", 20, ("418",),
+       r"\birmaa\b[^.?!]{0,80}\b(?:brackets?|thresholds?|tiers?|income|how much|amounts?|surcharges?)\b|"
+       r"\b(?:brackets?|thresholds?|tiers?|income|how much|amounts?)\b[^.?!]{0,80}\birmaa\b"),
     _p("medicare", "Medicare Advantage", 42, ("422",), r"medicare advantage|\bpart c\b|star ratings?"),
     _p("medicare", "Medicare Part D (prescription drug coverage)", 42, ("423",),
        r"\bpart d\b|prescription drug (?:plan|coverage)"),
@@ -408,10 +411,13 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"(?:boil|bake|roast|grill|fry|rest|cook)\b|"
        r"\b(?:jammy|runny|soft[- ]boiled|hard[- ]boiled) (?:yolk|egg)s?\b|\bresting (?:a |the )?steak\b|"
        r"\b(?:best way|how (?:should|do|can) (?:i|we|you)) (?:to )?store\b[^.?!]{0,60}\b(?:at home|homemade|after (?:i |you )?open"
-       r"|opened|leftovers?|mou?ld)|\b(?:grows?|growing|get|gets|getting) mou?ldy?\b"),
+       r"|opened|leftovers?|mou?ld)|\b(?:grows?|growing|get|gets|getting) mou?ldy?\b|"
+       r"\bstill (?:good|safe)(?: to eat)?\b[^.?!]{0,40}\b(?:after|past)\b|\b(?:stays?|staying) good\b|\bgo(?:es)? bad\b"),
     _p("general-knowledge", "nutrition science (what foods naturally contain, their health effects)", NOT_FEDERAL,
        (), r"\bnaturally (?:lowest|highest|low|high|rich) in\b|\blactose[- ]intoleran\w*|"
-           r"\bhow many calories (?:are|is) (?:in|there in)\b"),
+           r"\bhow many calories (?:are|is) (?:in|there in)\b|"
+           r"\bwhat age (?:should|can|do) (?:i|we|you) (?:start|begin|introduce)\b|"
+           r"\bprevent (?:a |an )?(?:peanut |food |nut )?allerg\w+"),
     _p("general-knowledge", "how long an agency takes in practice (processing times), which no regulation states",
        NOT_FEDERAL, (),
        r"\b(?:usually|typically|normally|on average|in practice)\b[^.?!]{0,50}?\btakes?\b|"
@@ -427,7 +433,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\b(?:which|what) (?:\w+ ){0,3}(?:were|was|got|have been|has been) (?:fined|penalized|sanctioned|sued|shut down)\b"),
     _p("general-knowledge", "how a drug acts in the body (pharmacology), which no regulation states", NOT_FEDERAL,
        (), r"\bhalf[- ]li(?:fe|ves)\b|\bstays? in (?:your|my|his|her|the) (?:system|body|blood(?:stream)?)\b|"
-           r"\bmechanism of action\b|\bhow (?:is|are|does|do) (?:\w+ ){1,3}metaboli[sz]ed\b"),
+           r"\bmechanism of action\b|\bhow (?:is|are|does|do) (?:\w+ ){1,3}metaboli[sz]ed\b|"
+           r"\bsafe to (?:take|use|mix|combine)\b[^.?!]{0,60}\b(?:together|with)\b"),
     _p("state-law", "a state's or a locality's own law", NOT_FEDERAL, (),
        r"prop(?:osition)? 65|\bcalifornia(?:'s)? (?:law|rules|regulations)|cottage food|"
        r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks? (?:permits?|licen\w+|inspections?|rules|laws|regulations)|"

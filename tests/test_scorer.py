@@ -842,3 +842,40 @@ def test_processing_times_statistics_home_storage_and_nutrition_science_have_no_
     # the State a figure is asked for, at the end of the question
     assert states_named("What's the Medicaid copay for a regular doctor's office visit in Georgia?") == ["Georgia"]
     assert states_named("What's the CSFP income limit for a single senior in Texas this year?") == ["Texas"]
+
+
+def test_heldout11_wording_irmaa_brackets_shelf_life_interactions_and_feeding_age():
+    from shared.programs import named_homes
+
+    def homes(question: str) -> set[tuple[str, int]]:
+        return {(home.family, home.title) for home, _ in named_homes(question)}
+
+    # the brackets are the Social Security Administration's (20 CFR 418); 42 CFR 408.28 only applies them
+    assert homes("How much is the IRMAA surcharge on Part B for a married couple with $250,000 of income?") == \
+        {("medicare", 20)}
+    assert ("medicare", 20) not in homes("Which section explains how IRMAA is applied to the Part B premium?")
+    assert ("general-knowledge", 0) in homes("How long is an unopened can of peaches still good after the date?")
+    assert ("general-knowledge", 0) in homes("Is it safe to take melatonin together with a sleep aid?")
+    assert ("general-knowledge", 0) in homes("At what age should I start giving my baby peanut butter?")
+    assert ("general-knowledge", 0) not in homes("What must the label of a nighttime sleep aid warn about?")
+
+
+def test_an_absent_initialism_does_not_sink_a_well_matched_question():
+    question = "Does gouda made with DHA need a milkfat statement?"
+    scope = Scope(names=["DHA"], absent_names=["DHA"])
+    strong = pre_gate(question, retrieval_of(make_hit("21 CFR 133.142", 0.75, 1), scope=scope), corpus_titles=[21])
+    assert strong.refusal is None or "“DHA”" not in strong.refusal.message
+    weak = pre_gate(question, retrieval_of(make_hit("21 CFR 133.142", 0.30, 1), scope=scope), corpus_titles=[21])
+    assert weak.refusal is not None and weak.refusal.reason == "not_found" and "“DHA”" in weak.refusal.message
+
+
+def test_coverage_also_reads_the_cfr_words_for_everyday_ones():
+    from services.scorer.gates import compute_signals
+
+    hit = make_hit("21 CFR 133.142", 0.45, 1, text="The commodity supplemental food program serves persons at "
+                                                   "least 60 years of age.")
+    retrieval = RetrieveResult(scope=Scope(), hits=[hit], mode="hybrid", top_k=10, embedding_model="m")
+    th = ScorerThresholds()
+    everyday = compute_signals("Who can get the senior food box?", retrieval, th)
+    plain = compute_signals("Who can get the box?", retrieval, th)
+    assert everyday["idf_coverage"] > plain["idf_coverage"]

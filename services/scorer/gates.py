@@ -43,7 +43,7 @@ from shared.messages import (
     SentenceSupport,
 )
 from shared.programs import states_named, states_ruling
-from shared.scoping import substance_words
+from shared.scoping import cfr_wording, substance_words
 
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence
 from services.scorer.figures import (
@@ -407,6 +407,7 @@ def gives_measure(text: str, measure: str) -> bool:
     return any(f.unit in units for f in extract_figures(text))
 
 
+_INITIALISM = re.compile(r"[A-Z]{2,5}s?")
 # families whose naming is the question's ask whatever held program it mentions: "the half-life of
 # diphenhydramine in a sleep aid", "which pharmacies were fined by the DEA"
 ASKED_AS_SUCH = frozenset({"general-knowledge", "events"})
@@ -630,7 +631,10 @@ def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThreshol
     # holds ("EMTALA", "glyphosate") weighs most
     # also without the asker's circumstances ("I own a small-town pharmacy."), which no section need cover; but
     # the circumstances may name the subject ("setting up an IRB."), so the better of the two
-    variants = dict.fromkeys((question, asked_part(question)))
+    # and with the CFR's words for the everyday ones the retriever also searched for ("senior food box": commodity
+    # supplemental food program)
+    asked = asked_part(question)
+    variants = dict.fromkeys((question, asked, " ".join([asked, *cfr_wording(question)])))
     idf_cov = max((idf_coverage(v, "\n".join([h.heading, h.text, *h.editorial_notes]), corpus_stats)
                    for h in hits[: th.coverage_top_n] for v in variants), default=0.0)
     # the question's rarest word that the corpus has at all ("zolpidem": one section) is in the top hit: the
@@ -779,16 +783,20 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # 2c. a name the question turns on that no section of the corpus mentions ---------------------------
     # (a held program named beside it may answer around the name; a drug or chemical no section lists cannot be
     # answered for: "which schedule is xylazine in" is not settled by the DEA parts that never name it)
-    absent_substances = [n for n in scope.absent_names if substance_words(n) == [n.lower()]]
-    if scope.absent_names and (absent_substances or not held_named) and not signals["specific_subject"]:
-        names = _join([f"“{n}”" for n in scope.absent_names])
+    # an initialism the text spells out instead ("DHA": dihydroxyacetone) does not sink a question whose other words
+    # match a section well
+    absent = [n for n in scope.absent_names
+              if not (_INITIALISM.fullmatch(n) and signals["relevance"] >= th.initialism_relevance)]
+    absent_substances = [n for n in absent if substance_words(n) == [n.lower()]]
+    if absent and (absent_substances or not held_named) and not signals["specific_subject"]:
+        names = _join([f"“{n}”" for n in absent])
         return _refuse(
             "not_found",
             f"No section of this corpus mentions {names}, so no regulation here addresses "
             f"{_short_question(question)} (searched {_searched_titles(retrieval, corpus_titles)}).",
             [Evidence(cfr_ref="(none)", detail=f"“{n}”: in no active section of titles "
                                                   f"{_join([str(t) for t in (corpus_titles or [])]) or 'held'}")
-             for n in scope.absent_names],
+             for n in absent],
             signals,
         )
 
