@@ -53,7 +53,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("wic", "WIC (the Special Supplemental Nutrition Program for Women, Infants, and Children)", 7, ("246",),
        r"\bwic\b|women,? infants,? and children"),
     _p("school-meals", "the National School Lunch Program", 7, ("210",),
-       r"school lunch|\bnslp\b|"
+       r"school lunch|\bnslp\b|\bfree lunch(?:es)?\b|"
        r"(?:free|reduced[- ]price) (?:or|and|versus|vs\.?) (?:free|reduced[- ]price) (?:school )?(?:lunch|meals?)"),
     _p("school-meals", "the School Breakfast Program", 7, ("220",), r"school breakfast"),
     _p("cacfp", "the Child and Adult Care Food Program", 7, ("226",), r"child and adult care food|\bcacfp\b"),
@@ -146,7 +146,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("animal-drugs", "good manufacturing practice for medicated feeds", 21, ("225", "226"), r"medicated feeds?"),
     _p("animal-drugs", "animal food and feed rules (including the ruminant feed ban)", 21, ("500", "501", "507", "573",
                                                                                          "579", "589"),
-       r"cattle feed|livestock feed|pet foods?|dog foods?|cat foods?|ruminant feed|mad cow|\bbse\b|"
+       r"cattle feed|livestock feed|pet foods?|dog foods?|cat foods?|(?:dog|cat|pet) treats?|guaranteed analysis|"
+       r"ruminant feed|mad cow|\bbse\b|"
        r"feed (?:additives?|mills?)"),
     _p("animal-drugs", "new animal drugs", 21, ("510", "514", "516"), r"new animal drug (?:applications?|approvals?)|\bnadas?\b|extra-?label (?:drug )?use"),
     _p("devices", "medical device premarket, quality system, labeling and reporting rules", 21,
@@ -350,7 +351,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("postal", "postal rules (USPS)", 39, (),
        r"postal service|\busps\b|mailbox\w*|postage|mail(?:ing)? (?:rates|standards)|po box\w*"),
     _p("epa", "EPA environmental rules", 40, (),
-       r"\bepa\b|\bfifra\b|pesticide (?:tolerances?|residue tolerances?|registration|applicators?)|lead-safe|"
+       r"\bepa\b|\bfifra\b|pesticide (?:tolerances?|residue tolerances?|registration|applicators?)|restricted[- ]use pesticides?|"
+       r"lead-safe|"
        r"renovation, repair|clean air act|clean water act|\bnpdes\b|storm ?water|hazardous waste|\brcra\b|"
        r"superfund|\bcercla\b|emissions? standards?|greenhouse gas\w*|asbestos|\btsca\b|safe drinking water act|"
        r"public water systems?|tap water|radon|refrigerants?|underground storage tanks?|air pollution|"
@@ -412,7 +414,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\b(?:jammy|runny|soft[- ]boiled|hard[- ]boiled) (?:yolk|egg)s?\b|\bresting (?:a |the )?steak\b|"
        r"\b(?:best way|how (?:should|do|can) (?:i|we|you)) (?:to )?store\b[^.?!]{0,60}\b(?:at home|homemade|after (?:i |you )?open"
        r"|opened|leftovers?|mou?ld)|\b(?:grows?|growing|get|gets|getting) mou?ldy?\b|"
-       r"\bstill (?:good|safe)(?: to eat)?\b[^.?!]{0,40}\b(?:after|past)\b|\b(?:stays?|staying) good\b|\bgo(?:es)? bad\b"),
+       r"\bstill (?:good|safe)(?: to eat)?\b[^.?!]{0,40}\b(?:after|past)\b|\b(?:stays?|staying) good\b|\bgo(?:es)? bad\b|"
+       r"\bhow long (?:can|should|will) (?:i|we|you) (?:keep|store|leave)\b"),
     _p("general-knowledge", "nutrition science (what foods naturally contain, their health effects)", NOT_FEDERAL,
        (), r"\bnaturally (?:lowest|highest|low|high|rich) in\b|\blactose[- ]intoleran\w*|"
            r"\bhow many calories (?:are|is) (?:in|there in)\b|"
@@ -430,13 +433,20 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("events", "a particular product's recall or enforcement history (news, not regulation)", NOT_FEDERAL, (),
        r"\b(?:was|were|has|have|got)\b(?: \w+){0,6} recalled\b|\bwhich lot (?:codes|numbers)\b|"
        r"\b(?:ever|has|have|did|was|were)\b[^.?!]{0,60}\bwarning letters?\b|\bform 483s?\b|\b483 observations?\b|"
-       r"\b(?:which|what) (?:\w+ ){0,3}(?:were|was|got|have been|has been) (?:fined|penalized|sanctioned|sued|shut down)\b"),
+       r"\b(?:which|what) (?:\w+ ){0,3}(?:were|was|got|have been|has been) (?:fined|penalized|sanctioned|sued|shut down)\b|"
+       # whether one product on the market complies: a test result, not a rule
+       r"\b(?:actually|really) (?:meets?|compl(?:y|ies)|satisf(?:y|ies)) (?:with )?(?:the )?(?:federal |fda |usda )?"
+       r"(?:standards?|rules?|requirements?|definition)\b"),
+    _p("general-knowledge", "the federal poverty guidelines themselves (published each year by HHS, not in the CFR)",
+       NOT_FEDERAL, (),
+       r"\bwhat (?:are|is) (?:the )?(?:current |latest |this year'?s |new )?(?:federal )?poverty (?:guidelines?|levels?|lines?)\b"),
     _p("general-knowledge", "how a drug acts in the body (pharmacology), which no regulation states", NOT_FEDERAL,
        (), r"\bhalf[- ]li(?:fe|ves)\b|\bstays? in (?:your|my|his|her|the) (?:system|body|blood(?:stream)?)\b|"
            r"\bmechanism of action\b|\bhow (?:is|are|does|do) (?:\w+ ){1,3}metaboli[sz]ed\b|"
            r"\bsafe to (?:take|use|mix|combine)\b[^.?!]{0,60}\b(?:together|with)\b"),
     _p("state-law", "a state's or a locality's own law", NOT_FEDERAL, (),
        r"prop(?:osition)? 65|\bcalifornia(?:'s)? (?:law|rules|regulations)|cottage food|"
+       r"\bnyc\b|new york city|\b(?:city|county|municipal|local) (?:laws?|ordinances?|health (?:codes?|departments?))\b|"
        r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks? (?:permits?|licen\w+|inspections?|rules|laws|regulations)|"
        r"food handler(?:'s|s)? (?:cards?|permits?|licen\w+)|prescription drug monitoring program|\bpdmps?\b|"
        r"(?:marijuana|cannabis) dispensar(?:y|ies)|liquor licen\w+|business licen\w+|zoning|"

@@ -148,6 +148,7 @@ _CFR_WORDING: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p, re.I), w
     (r"\bfood stamps?\b", "supplemental nutrition assistance program"),
     (r"\b(?:senior|elderly) food box(?:es)?\b|\bfood box(?:es)? for (?:seniors|the elderly)\b",
      "commodity supplemental food program"),
+    (r"\b(?:drug |medicine )?take[- ]?back days?\b", "take-back events"),
     (r"\bebt\b", "electronic benefit transfer"),
     (r"\b(?:kicked out|banned)\b", "disqualification disqualified"),
     (r"\bnursing homes?\b", "nursing facility"),

@@ -879,3 +879,21 @@ def test_coverage_also_reads_the_cfr_words_for_everyday_ones():
     everyday = compute_signals("Who can get the senior food box?", retrieval, th)
     plain = compute_signals("Who can get the box?", retrieval, th)
     assert everyday["idf_coverage"] > plain["idf_coverage"]
+
+
+def test_heldout12_wording_pet_treats_pesticide_applicators_poverty_guidelines_local_law():
+    from shared.programs import named_homes
+
+    def homes(question: str) -> set[tuple[str, int]]:
+        return {(home.family, home.title) for home, _ in named_homes(question)}
+
+    assert ("animal-drugs", 21) in homes("What do I need on a dog treat label?")
+    assert ("epa", 40) in homes("Do I need a certification to spray restricted-use pesticides on my farm?")
+    assert ("school-meals", 7) in homes("How much does USDA reimburse a school for each free lunch it serves?")
+    assert ("general-knowledge", 0) in homes("What are the current federal poverty guidelines for a household of 3?")
+    assert ("general-knowledge", 0) in homes("How long can I keep an opened jar of mayonnaise in the fridge?")
+    assert ("events", 0) in homes("Does Hershey's milk chocolate bar actually meet the federal standard?")
+    assert ("state-law", 0) in homes("We're a restaurant chain in NYC: when do we add the sodium warning icon?")
+    # the rule's own terms: the CFR answers
+    assert ("general-knowledge", 0) not in homes("How is the federal poverty level used for CSFP income limits?")
+    assert ("events", 0) not in homes("What must milk chocolate contain to meet the federal standard?")

@@ -63,7 +63,6 @@ class ScorerThresholds:
     specific_subject_bonus: float = 0.10  # only moves confidence: a specific subject already backs retrieval
     rare_anchor_bonus: float = 0.10  # the question's rarest word (in <= rare_anchor_df sections) is in the top hit
     rare_anchor_df: int = 3
-    initialism_relevance: float = 0.60  # an absent initialism ("DHA") is not refused on when relevance is this high
     coverage_top_n: int = 5  # IDF-weighted term coverage: the best of this many top hits
     margin_weight: float = 0.0
     hard_floor_similarity: float = 0.15  # below this top-1 cosine nothing else rescues it (bar citations)

@@ -784,9 +784,9 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # (a held program named beside it may answer around the name; a drug or chemical no section lists cannot be
     # answered for: "which schedule is xylazine in" is not settled by the DEA parts that never name it)
     # an initialism the text spells out instead ("DHA": dihydroxyacetone) does not sink a question whose other words
-    # match a section well
+    # match a section well enough to pass the not_found rule on their own
     absent = [n for n in scope.absent_names
-              if not (_INITIALISM.fullmatch(n) and signals["relevance"] >= th.initialism_relevance)]
+              if not (_INITIALISM.fullmatch(n) and signals["relevance"] >= th.not_found_min_similarity)]
     absent_substances = [n for n in absent if substance_words(n) == [n.lower()]]
     if absent and (absent_substances or not held_named) and not signals["specific_subject"]:
         names = _join([f"“{n}”" for n in absent])
