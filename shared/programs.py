@@ -286,8 +286,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bcbp\b|customs (?:and border|dut(?:y|ies)|bonds?|brokers?|declarations?|rulings?)|\btariffs?\b|"
        r"harmonized tariff|dut(?:y|ies) on imports?|import dut(?:y|ies)|duty[- ]free|de minimis (?:entry|shipments?)"),
     _p("ssa", "Social Security benefits", 20, ("404", "416"),
-       r"social security (?:disability (?:benefits|insurance|applications?|claims?)|retirement age|checks?|"
-       r"payment amounts?)|(?:apply|applying) for social security|\bssdi\b|\bssi\b|supplemental security income"),
+       r"social security (?:disability (?:benefits|insurance|applications?|claims?)|retirement (?:age|benefits?)?|"
+       r"checks?|payment amounts?|earnings (?:test|limits?))|(?:collecting|claiming|drawing) social security|(?:apply|applying) for social security|\bssdi\b|\bssi\b|supplemental security income"),
     _p("dol-benefits", "workers' compensation programs and foreign labor certification (DOL)", 20, ("655", "702", "718"),
        r"longshore|black lung|federal employees'? compensation|\bfeca\b|\bh-2a\b|\bh-2b\b|labor certification|"
        r"prevailing wage"),
@@ -304,7 +304,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\birs\b|internal revenue|section 179|(?-i:\bIRA\b)|required minimum distributions?|business meals|"
        r"form (?:w-2|w-4|w-9|1099\S*|8300|941|990|1040|1065|1120\S*)|income tax\w*|tax returns?|tax-exempt|"
        r"\b501\s*\(c\)|depreciat\w+|payroll tax\w*|estimated tax\w*|capital gains?|tax deducti\w+|"
-       r"deduct\w* (?:on|from) (?:my|our|your) taxes|tax credits?|\bhsa\b|health savings accounts?"),
+       r"deduct\w* (?:on|from) (?:my|our|your) taxes|tax credits?|\bhsa\b|health savings accounts?|"
+       r"\bdeduct (?:my|our|the) (?:home office|mileage|car|vehicle|expenses?)\b|home office deduction"),
     _p("atf", "firearms, explosives and alcohol tax rules (ATF, TTB)", 27, (),
        r"\batf\b|\bttb\b|firearms?|\bffl\b|guns?\b|ammunition|explosives?|silencers?|suppressors?|"
        r"wine labels?|beer labels?|distilled spirits|alcohol (?:labels?|labeling|permits?|excise)|brewer(?:y|ies)|"
@@ -437,6 +438,14 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        # whether one product on the market complies: a test result, not a rule
        r"\b(?:actually|really) (?:meets?|compl(?:y|ies)|satisf(?:y|ies)) (?:with )?(?:the )?(?:federal |fda |usda )?"
        r"(?:standards?|rules?|requirements?|definition)\b"),
+    _p("general-knowledge", "whether a food or medicine is healthy or safe for someone (health advice, not regulation)",
+       NOT_FEDERAL, (),
+       r"\b(?:is|are)\b[^.?!]{0,60}\b(?:healthier|healthiest|better for (?:you|me|my \w+|kids|children))\b|"
+       r"\b(?:is it|are they) safe (?:to eat|to drink|for (?:my|a|kids|children|babies|pregnant))\b|"
+       r"\bsafe to eat\b[^.?!]{0,40}\b(?:while|when|during) (?:pregnant|pregnancy|breastfeeding|nursing)\b|"
+       r"\bhow many (?:cans|servings|cups|eggs|glasses)\b[^.?!]{0,20}\b(?:a|per) (?:day|week)\b[^.?!]{0,20}\b(?:okay|ok|safe|healthy)\b"),
+    _p("general-knowledge", "where to find a particular store or office (a locator, not regulation)", NOT_FEDERAL, (),
+       r"\b(?:which|where)\b[^.?!]{0,50}\b(?:near|around|close to) (?:me|downtown|my (?:house|home|apartment))\b"),
     _p("general-knowledge", "the federal poverty guidelines themselves (published each year by HHS, not in the CFR)",
        NOT_FEDERAL, (),
        r"\bwhat (?:are|is) (?:the )?(?:current |latest |this year'?s |new )?(?:federal )?poverty (?:guidelines?|levels?|lines?)\b"),
@@ -486,7 +495,9 @@ _STATE_AS_HOLDER = re.compile(
     rf"\b(?:to|for)\s+(?:the\s+state\s+of\s+)?(?P<a>{_STATE_NAMES})\b(?!\s+(?:residents?|households?|families|"
     rf"businesses|stores?|pharmac\w+|hospitals?|farms?|companies))|\b(?P<b>{_STATE_NAMES})(?:'s|\u2019s)|"
     # the place the asked figure is for, at the end of the question ("the Medicaid copay for a visit in Georgia?")
-    rf"\bin\s+(?:the\s+state\s+of\s+)?(?P<c>{_STATE_NAMES})\s*(?:this year|right now|now|today|currently)?\s*\?",
+    rf"\bin\s+(?:the\s+state\s+of\s+)?(?P<c>{_STATE_NAMES})\s*(?:this year|right now|now|today|currently)?\s*\?|"
+    # a State's own program ("New York Medicaid charges", "Florida Medicaid pays")
+    rf"\b(?P<d>{_STATE_NAMES})(?:'s|\u2019s)?\s+(?:medicaid|snap|wic|chip|csfp)\b",
     re.I,
 )
 
@@ -514,6 +525,6 @@ def states_ruling(question: str) -> list[str]:
 def states_named(question: str) -> list[str]:
     """The U.S. States the question asks about as the holder of something ("Michigan's caseload", "the amount
     for Texas"), canonical names."""
-    found = [_CANONICAL_STATE[(m.group("a") or m.group("b") or m.group("c")).lower()]
+    found = [_CANONICAL_STATE[(m.group("a") or m.group("b") or m.group("c") or m.group("d")).lower()]
              for m in _STATE_AS_HOLDER.finditer(question)]
     return list(dict.fromkeys(found))

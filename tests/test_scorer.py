@@ -897,3 +897,25 @@ def test_heldout12_wording_pet_treats_pesticide_applicators_poverty_guidelines_l
     # the rule's own terms: the CFR answers
     assert ("general-knowledge", 0) not in homes("How is the federal poverty level used for CSFP income limits?")
     assert ("events", 0) not in homes("What must milk chocolate contain to meet the federal standard?")
+
+
+def test_heldout13_wording_health_advice_locators_state_programs_and_this_years_amounts():
+    from services.scorer.gates import asks_for_figure, yearly_amount_year
+    from shared.programs import named_homes, states_named
+
+    def homes(question: str) -> set[tuple[str, int]]:
+        return {(home.family, home.title) for home, _ in named_homes(question)}
+
+    assert ("general-knowledge", 0) in homes("Is whole milk or skim milk healthier for my 2-year-old?")
+    assert ("general-knowledge", 0) in homes("Is it safe to eat canned tuna while pregnant?")
+    assert ("general-knowledge", 0) in homes("Which grocery stores near downtown Cleveland take SNAP EBT cards?")
+    assert ("ssa", 20) in homes("How much can I earn while collecting Social Security before 67?")
+    assert ("irs", 26) in homes("I work from a spare bedroom. Can I deduct my home office?")
+    # the asker's store "near me" is where they shop, not a locator question
+    assert ("general-knowledge", 0) not in homes("The corner store near me says I must spend $5 to use EBT. Legal?")
+    assert ("general-knowledge", 0) not in homes("What makes a food 'healthy' under the nutrient content claim rules?")
+    assert states_named("How much is the copay New York Medicaid charges for a generic prescription?") == ["New York"]
+    assert asks_for_figure("What does Florida Medicaid pay pediatricians for an office visit?")
+    assert yearly_amount_year("What is the Medicare Part A deductible per benefit period this year?", 2026) == "2026"
+    assert yearly_amount_year("What will next year's Part B premium be?", 2026) == "2027"
+    assert yearly_amount_year("How long is the enrollment period this year?", 2026) is None

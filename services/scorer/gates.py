@@ -24,6 +24,7 @@ Pre-gate order (first that applies wins):
 """
 from __future__ import annotations
 
+import datetime
 import itertools
 import math
 import re
@@ -354,7 +355,7 @@ _ASKS_FOR_FIGURE = re.compile(
     r"deadlines?|periods?|fees?|costs?|prices?|tolerances?|proportions?|ratios?|quantity|quantities|dollars?|"
     r"premiums?|allotments?|allowances?|deductibles?|poverty (?:guidelines?|levels?|lines?)|co-?pays?|co-?payments?|"
     r"coinsurance|"
-    r"what\s+(?:percent|temperature|level|amount))\b|%|\$",
+    r"what\s+(?:percent|temperature|level|amount)|what\s+(?:does|do|will|would)\s+(?:\w+\s+){1,4}pay)\b|%|\$",
     re.I,
 )
 
@@ -460,13 +461,27 @@ _ASKS_ABOUT_THE_PAST = re.compile(
 )
 
 
-def yearly_amount_year(question: str) -> str | None:
+_THIS_YEARS_AMOUNT = re.compile(
+    r"\b(?:premiums?|deductibles?|allotments?|co-?pays?|co-?payments?|coinsurance|income limits?|surcharges?|"
+    r"penalt(?:y|ies)|fees?|rates?)\b[^.?!]{0,80}?\b(?:this|next) year\b|\b(?:this|next) year'?s\s+(?:\w+\s+){0,3}"
+    r"(?:premiums?|deductibles?|allotments?|co-?pays?|income limits?|surcharges?|penalt(?:y|ies)|fees?|rates?)\b",
+    re.I,
+)
+
+
+def yearly_amount_year(question: str, this_year: int | None = None) -> str | None:
     """The year of a year-bound amount the question asks for ("the Part B premium for 2025", "the FY2025
-    allotment"): such amounts are announced each year by notice, while the CFR text says how they are figured."""
+    allotment", "the Part A deductible this year"): such amounts are announced each year by notice, while the CFR
+    text says how they are figured."""
     if not asks_for_figure(question):
         return None
     match = _YEARLY_AMOUNT.search(question)
-    return next((g for g in match.groups() if g), None) if match else None
+    if match:
+        return next((g for g in match.groups() if g), None)
+    if _THIS_YEARS_AMOUNT.search(question):
+        year = this_year or datetime.date.today().year
+        return str(year + 1) if re.search(r"\bnext year", question, re.I) else str(year)
+    return None
 
 
 def states_amount_for_year(text: str, year: str, reach: int = 100) -> bool:
