@@ -102,7 +102,13 @@ def question_names(question: str) -> list[str]:
         words = sentence.split()
         rest = " ".join(words[1:])  # the sentence's first word is capitalised anyway
         for match in re.finditer(rf"\b{_CAPITALISED}(?:\s+(?:of|and|for|the)?\s*{_CAPITALISED})+\b", rest):
+            # an agency's acronym before a name is not part of it: "the FDA Salmonella Enteritidis rule" names
+            # Salmonella Enteritidis (the acronym is taken on its own below); after one it is ("Tylenol PM"), and
+            # so it is before a single word ("FDA Commissioner")
             phrase = match.group(0)
+            bare = re.sub(r"^(?:[A-Z][A-Z&]+\s+)+", "", phrase)
+            if sum(1 for w in bare.split() if w[:1].isupper()) >= 2:
+                phrase = bare
             if sum(1 for w in phrase.split() if w[:1].isupper()) >= 2 and not any(_ROMAN.match(w)
                                                                                    for w in phrase.split()):
                 names.append(phrase)

@@ -270,6 +270,11 @@ def test_question_names_are_proper_names_and_acronyms():
     assert question_names("Is alprazolam (Xanax) a Schedule IV drug?") == []  # a numeral is not a name
     assert question_names("How do I ask the Office of National Drug Control Policy for its records?") == [
         "Office of National Drug Control Policy"]
+    # an agency's acronym before a name is the agency's, not part of the name; before one word, or after, it is
+    assert question_names("Does the FDA Salmonella Enteritidis egg rule apply to a 2,500-hen farm?") == [
+        "Salmonella Enteritidis", "FDA"]
+    assert question_names("Who is the current FDA Commissioner?") == ["FDA Commissioner"]
+    assert question_names("How much diphenhydramine is in one Tylenol PM caplet?") == ["Tylenol PM"]
 
 
 async def test_names_no_active_section_mentions_are_reported(searcher):
