@@ -126,6 +126,11 @@ def _refuse(reason: str, message: str, evidence: list[Evidence], signals: dict[s
                          sections=[], signals=signals)
 
 
+def _not_found_beside(closest: Hit, message: str, detail: str, signals: dict[str, float]) -> PreGateResult:
+    """not_found with the closest section as the evidence of what the corpus does say."""
+    return _refuse("not_found", message, [_evidence(closest, detail=detail)], signals)
+
+
 def _iso(date: str | None) -> str | None:
     return date[:10] if date else None
 
@@ -649,9 +654,9 @@ def compute_signals(question: str, retrieval: RetrieveResult, th: ScorerThreshol
     # and with the CFR's words for the everyday ones the retriever also searched for ("senior food box": commodity
     # supplemental food program)
     asked = asked_part(question)
-    variants = dict.fromkeys((question, asked, " ".join([asked, *cfr_wording(question)])))
-    idf_cov = max((idf_coverage(v, "\n".join([h.heading, h.text, *h.editorial_notes]), corpus_stats)
-                   for h in hits[: th.coverage_top_n] for v in variants), default=0.0)
+    phrasings = list(dict.fromkeys((question, asked, " ".join([asked, *cfr_wording(question)]))))
+    idf_cov = max((idf_coverage(phrasings, "\n".join([h.heading, h.text, *h.editorial_notes]), corpus_stats)
+                   for h in hits[: th.coverage_top_n]), default=0.0)
     # the question's rarest word that the corpus has at all ("zolpidem": one section) is in the top hit: the
     # words point at one section however loosely the whole question's meaning matches it
     rare_anchor = False
@@ -894,12 +899,12 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     year = yearly_amount_year(question)
     if year and not any(states_amount_for_year(h.text, year) for h in hits[: th.pool_size]):
         top = hits[0]
-        return _refuse(
-            "not_found",
+        return _not_found_beside(
+            top,
             f"The question asks for the {year} amount, and no section here states one: amounts like this are "
             f"set for each year by notice (in the Federal Register), while the regulation's text gives only how "
             f"they are figured (closest: {top.cfr_ref}).",
-            [_evidence(top, detail=f"closest match; states no figure for {year}")],
+            f"closest match; states no figure for {year}",
             signals,
         )
 
@@ -908,12 +913,12 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     if (figure_question and _INFLATION_ADJUSTED.search(question)
             and not any("inflation" in h.text.lower() for h in hits[: th.pool_size])):
         top = hits[0]
-        return _refuse(
-            "not_found",
+        return _not_found_beside(
+            top,
             f"The question asks for an inflation-adjusted amount, and no matching section states one: such "
             f"amounts are adjusted each year by notice (in the Federal Register), while the regulation's text gives "
             f"the base amount or the method (closest: {top.cfr_ref}).",
-            [_evidence(top, detail="closest match; states no inflation-adjusted figure")],
+            "closest match; states no inflation-adjusted figure",
             signals,
         )
 
@@ -925,23 +930,23 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
         if not any(re.search(rf"\b{re.escape(state)}\b", h.text, re.I) for h in hits[: th.pool_size]):
             top = hits[0]
             what = "figure" if state in holders else "rule"
-            return _refuse(
-                "not_found",
+            return _not_found_beside(
+                top,
                 f"The question asks for {state}'s own {what}, and no matching section names {state}: the "
                 f"regulations here say what applies in every State, not what one State has decided for itself "
                 f"(closest: {top.cfr_ref}).",
-                [_evidence(top, detail=f"closest match; does not mention {state}")],
+                f"closest match; does not mention {state}",
                 signals,
             )
 
     # 6d. a dollar amount the best section does not state ------------------------------------------------------
     if _ASKS_FOR_DOLLARS.search(question) and not _STATES_DOLLARS.search(hits[0].text):
         top = hits[0]
-        return _refuse(
-            "not_found",
+        return _not_found_beside(
+            top,
             f"The question asks for a dollar amount, and the best-matching section, {top.cfr_ref}, states none: "
             f"it sets the rule, not the amount, which is set elsewhere or by notice.",
-            [_evidence(top, detail="best match; states no dollar figure")],
+            "best match; states no dollar figure",
             signals,
         )
 

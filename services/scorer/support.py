@@ -322,13 +322,15 @@ def asked_part(question: str) -> str:
     return " ".join(kept)
 
 
-def idf_coverage(question: str, text: str, stats: "CorpusStats | None") -> float:
-    """IDF-weighted share of the question's key stems found in ``text`` (a rare word the text lacks weighs
-    most); plain share without corpus statistics."""
-    q = question_key_stems(question)
-    if not q:
-        return 0.0
+def idf_coverage(phrasings: Iterable[str], text: str, stats: "CorpusStats | None") -> float:
+    """IDF-weighted share of a question's key stems found in ``text`` (a rare word the text lacks weighs most;
+    plain share without corpus statistics), the best over the question's ``phrasings`` (the text is stemmed
+    once)."""
     have = stem_set(text)
-    weights = {w: (stats.idf(w) if stats is not None else 1.0) for w in q}
-    total = sum(weights.values())
-    return sum(v for w, v in weights.items() if w in have) / total if total else 0.0
+    best = 0.0
+    for phrasing in phrasings:
+        weights = {w: (stats.idf(w) if stats is not None else 1.0) for w in question_key_stems(phrasing)}
+        total = sum(weights.values())
+        if total:
+            best = max(best, sum(v for w, v in weights.items() if w in have) / total)
+    return best
