@@ -808,27 +808,30 @@ async def test_check_limits_are_configurable(scratch, embedder, tmp_path):
 
 
 async def test_first_large_load_builds_the_hnsw_index_after_the_copy(scratch, embedder, monkeypatch):
-    """A model's first large load drops its (empty) HNSW indexes, COPYs, then builds them once; later small loads
-    insert into the existing graph. Either way the indexes exist afterwards and dense search uses them."""
+    """A model's first large load drops its (empty) HNSW indexes, COPYs and activates, then builds them once (the
+    swap's new row versions are not inserted into a graph); later small loads insert into the existing graph.
+    Either way the indexes exist afterwards and dense search uses them."""
     from services.ingest import pipeline as pipeline_module
 
     pool = scratch["pool"]
-    monkeypatch.setattr(pipeline_module, "BULK_INDEX_MIN_ROWS", 1)  # 25 sections count as "large" here
+    monkeypatch.setattr(pipeline_module, "BULK_INDEX_MIN_SECTIONS", 1)  # 25 sections count as "large" here
     name = db.vector_index_name("section_windows", embedder.model_name, 384)
     executed: list[str] = []
     original = pipeline_module._build_indexes
 
     async def spy(*args):
-        executed.append("build-after-copy")
+        active = await pool.fetchval("SELECT count(*) FROM sections WHERE status = 'active'")
+        executed.append(f"build with {active} active sections")
         await original(*args)
 
     monkeypatch.setattr(pipeline_module, "_build_indexes", spy)
-    await first_ingest(scratch, embedder)
-    assert executed == ["build-after-copy"]
+    record = await first_ingest(scratch, embedder)
+    assert executed == [f"build with {N_406} active sections"]
+    assert record["timings"]["index"] > 0
     assert await pool.fetchval("SELECT count(*) FROM pg_indexes WHERE indexname = $1", name) == 1
     # the second load of the model is incremental (rows exist): no rebuild
     record = await pipeline(scratch, embedder).run(IngestRequest(source=str(FILE_406), title=42, force=True))
-    assert record["state"] == "succeeded" and executed == ["build-after-copy"]
+    assert record["state"] == "succeeded" and executed == [f"build with {N_406} active sections"]
     async with pool.acquire() as conn:
         vector = embedder.embed_queries(["entitlement to hospital insurance for end-stage renal disease"])[0]
         async with conn.transaction():
@@ -842,6 +845,23 @@ async def test_first_large_load_builds_the_hnsw_index_after_the_copy(scratch, em
     assert hits, "dense search over the rebuilt index found nothing"
     top = await db.active_sections_by_id(pool, [hits[0]["section_id"]])
     assert top[hits[0]["section_id"]]["section"] in {"406.13", "406.15"}
+
+
+async def test_a_failed_first_large_load_still_builds_the_hnsw_indexes(scratch, embedder, tmp_path, monkeypatch):
+    """The bulk load drops the model's indexes at the start of the run: a version that fails its checks is
+    discarded and the indexes are built anyway, so the next (incremental) load inserts into a graph."""
+    from services.ingest import pipeline as pipeline_module
+
+    pool = scratch["pool"]
+    monkeypatch.setattr(pipeline_module, "BULK_INDEX_MIN_SECTIONS", 1)
+    record = await pipeline(scratch, embedder).run(IngestRequest(source=str(_empty_texts(tmp_path)), title=42))
+    assert record["state"] == "failed" and "check max_empty_share failed" in record["error"], record
+    assert await active_version(pool) is None
+    for table in ("section_windows", "sections"):
+        name = db.vector_index_name(table, embedder.model_name, 384)
+        assert await pool.fetchval("SELECT count(*) FROM pg_indexes WHERE indexname = $1", name) == 1, name
+    await first_ingest(scratch, embedder)  # the discarded rows are gone: a bulk load again, and a good one
+    assert await active_version(pool) is not None
 
 
 async def test_a_renamed_subpart_re_embeds_its_sections(scratch, embedder, tmp_path):

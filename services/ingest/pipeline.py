@@ -54,7 +54,7 @@ SWAP_LOCK = 7312
 # of inserting into them row by row. bench/bench_ingest.py, whole shipped corpus (3,824 sections, 13,840 windows,
 # 2 busy cores): index first 41.8 s, COPY then build 9.7 s (4.3x); at 200 sections / 706 windows 1.0 s vs 0.4 s.
 # A 50-section refresh into the built index takes 0.35 s against 4.8 s to rebuild: refreshes stay incremental.
-BULK_INDEX_MIN_ROWS = 500
+BULK_INDEX_MIN_SECTIONS = 150  # ≈ 500 windows: below that, inserting into the graph costs less than a build
 BULK_MAINTENANCE_WORK_MEM = "256MB"  # at least this for the HNSW build of a first load (graph in memory)
 
 
@@ -263,10 +263,19 @@ class IngestPipeline:
             for title in sorted(by_title):
                 await lock(title)
             outcomes = []
-            # largest first: on a first start the big title gets the bulk (index-after-COPY) load
-            for title in sorted(by_title, key=lambda t: (-len(by_title[t]), t)):
-                outcomes.append(await self._ingest_title(title, by_title[title], request, run_id, report,
-                                                         run_scope(request, by_title[title])))
+            bulk = await self._begin_bulk_load(sum(len(sections) for sections in by_title.values()))
+            try:
+                for title in sorted(by_title, key=lambda t: (-len(by_title[t]), t)):
+                    outcomes.append(await self._ingest_title(title, by_title[title], request, run_id, report,
+                                                             run_scope(request, by_title[title]), bulk))
+            finally:
+                if bulk:
+                    # also after a failed title: the next (incremental) load needs the indexes again
+                    await report("building the vector indexes")
+                    started = time.perf_counter()
+                    await asyncio.shield(_build_indexes(self.pool, self.embedder.model_name, self.embedder.dim))
+                    timings["index"] = time.perf_counter() - started
+                    metrics.INGEST_STAGE_SECONDS.labels("index").observe(timings["index"])
             counts: dict[str, int] = defaultdict(int)
             for outcome in outcomes:
                 for key, value in outcome.counts.items():
@@ -382,8 +391,26 @@ class IngestPipeline:
             metrics.ACTIVE_SECTIONS.labels(str(row["title"])).set(row["sections"])
 
     # ------------------------------------------------------------------------------------------ one title
+    async def _begin_bulk_load(self, sections: int) -> bool:
+        """A model's first large load (≥ BULK_INDEX_MIN_SECTIONS sections, no row of the model stored): drop its
+        (empty) HNSW indexes, so that the run's COPYs and swaps write no graph entries, and have the run build them
+        once at its end. Measured faster than inserting into the graph row by row (bench/bench_ingest.py), and the
+        swaps' UPDATEs write new row versions that an existing graph would index again (13,840 windows: 5-7 s).
+        No reader needs the indexes meanwhile: no row of the model is active before this run activates one, the
+        checks search staged rows exactly, and until the build ends a search of this model scans exactly too."""
+        if sections < BULK_INDEX_MIN_SECTIONS:
+            return False
+        model, dim = self.embedder.model_name, self.embedder.dim
+        async with self.pool.acquire() as conn:
+            if await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM section_windows WHERE embedding_model = "
+                                   f"{db.sql_literal(model)})"):
+                return False
+            for table in ("section_windows", "sections"):
+                await conn.execute(f"DROP INDEX IF EXISTS {db.vector_index_name(table, model, dim)}")
+        return True
+
     async def _ingest_title(self, title: int, parsed: list[ParsedSection], request: IngestRequest, run_id: str,
-                            report, scope: set[str] | None) -> TitleOutcome:
+                            report, scope: set[str] | None, bulk_load: bool = False) -> TitleOutcome:
         model = self.embedder.model_name
         recipe = self._embedding_recipe()
         active = await self.pool.fetch(
@@ -445,7 +472,8 @@ class IngestPipeline:
             counts["embedded"] = len(to_embed)
             counts["reused"] = len(reuse)
             await report(f"title {title}: loading", len(incoming), len(incoming))
-            await self._load(version_id, title, incoming, embedded, reuse, [r["id"] for r in carried], model)
+            await self._load(version_id, title, incoming, embedded, reuse, [r["id"] for r in carried], model,
+                             bulk_load)
             lap("load")
             await report(f"title {title}: checking", len(incoming), len(incoming))
             checks = await self._check(version_id, title, len(active), len(in_scope_active), scope, model,
@@ -506,7 +534,8 @@ class IngestPipeline:
         return {ref: np.stack(vecs) for ref, vecs in out.items()}
 
     async def _load(self, version_id: int, title: int, incoming: dict[str, ParsedSection],
-                    embedded: dict[str, np.ndarray], reuse: dict[str, int], carried_ids: list[int], model: str) -> None:
+                    embedded: dict[str, np.ndarray], reuse: dict[str, int], carried_ids: list[int], model: str,
+                    bulk_load: bool) -> None:
         dim = self.embedder.dim
         async with self.pool.acquire() as conn:
             ids = [r[0] for r in await conn.fetch(
@@ -526,21 +555,9 @@ class IngestPipeline:
                 for window_no, vector in enumerate(vectors):
                     window_rows.append((new_id, version_id, "staged", title, window_no, model,
                                         np.asarray(vector, dtype=np.float32)))
-            bulk = await _first_bulk_load(conn, model, dim, len(window_rows))
-            if not bulk:
+            if not bulk_load:
                 await db.ensure_vector_indexes(conn, model, dim)  # small loads insert into the existing graph
-                await _copy(conn, version_id, section_rows, window_rows, carried_ids)
-                return
-            # the model's first (large) load: no row of it exists, so no reader needs its (empty) HNSW indexes;
-            # drop them, COPY, and build them once over the loaded rows (CREATE INDEX blocks writers only) —
-            # measured faster than inserting into the graph row by row (bench/bench_ingest.py)
-            for table in ("section_windows", "sections"):
-                await conn.execute(f"DROP INDEX IF EXISTS {db.vector_index_name(table, model, dim)}")
-            try:
-                await _copy(conn, version_id, section_rows, window_rows, carried_ids)
-            finally:
-                # also after a failed COPY: the next (incremental) load needs the indexes again
-                await asyncio.shield(_build_indexes(self.pool, model, dim))
+            await _copy(conn, version_id, section_rows, window_rows, carried_ids)
 
     async def _check(self, version_id: int, title: int, active_count: int, active_in_scope: int,
                      scope: set[str] | None, model: str, embedded_refs: set[str]) -> dict:
@@ -690,15 +707,6 @@ async def _build_indexes(pool: asyncpg.Pool, model: str, dim: int) -> None:
             await db.ensure_vector_indexes(conn, model, dim)
         finally:
             await conn.execute("RESET maintenance_work_mem")
-
-
-async def _first_bulk_load(conn: asyncpg.Connection, model: str, dim: int, new_rows: int) -> bool:
-    """Build the HNSW indexes after the COPY: a large load (≥ BULK_INDEX_MIN_ROWS windows) of a model that has no
-    rows yet (so nothing searches its index meanwhile)."""
-    if new_rows < BULK_INDEX_MIN_ROWS:
-        return False
-    return not await conn.fetchval(
-        f"SELECT EXISTS (SELECT 1 FROM section_windows WHERE embedding_model = {db.sql_literal(model)})")
 
 
 def _latest_date(sections: Iterable[ParsedSection]) -> str | None:
