@@ -209,6 +209,8 @@ class GenerateResult(BaseModel):
     citations: list[Citation] = Field(default_factory=list)
     call: CallInfo
     refused: bool = False  # the fallback was `refuse`: no text was produced
+    # the model read the sections and found they do not answer the question (its one sentence; text is empty)
+    not_answered: str | None = None
 
 
 # --------------------------------------------------------------------------------------------

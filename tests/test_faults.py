@@ -22,6 +22,7 @@ import redis
 
 from shared.streams import GENERATE
 from tests.conftest import _free_port_block, start_stack, stop_stack, wait_until_ready
+from tests.fakes import NOT_ANSWERED
 from tests.fakes.anthropic_server import FakeAnthropic
 
 pytestmark = pytest.mark.slow
@@ -262,6 +263,25 @@ def test_provider_answering_is_labelled_with_the_model_it_returned(provider_stac
     assert len(fake.requests) == 2 and len(fake.replies) == 2
     assert result["status"] == "answered", result.get("refusal")
     assert "21 CFR 133.142" in [c["cfr_ref"] for c in result["citations"]]
+
+
+def test_a_model_that_finds_the_sections_do_not_answer_is_a_not_found_refusal(provider_stack):
+    """plain.v2's structured decline: no legal call, a not_found refusal naming the model that read the sections
+    and its sentence, with the sections as evidence; nothing of an answer is shown."""
+    client, fake = provider_stack
+    fake.reset("not_answered")
+    result = client.post("/v1/query", json={"question": GOUDA}).json()
+    assert result["status"] == "refused", result
+    refusal = result["refusal"]
+    assert refusal["reason"] == "not_found"
+    assert "claude-haiku-4-5-20251001" in refusal["message"] and NOT_ANSWERED in refusal["message"]
+    assert "21 CFR 133.142" in [e["cfr_ref"] for e in refusal["evidence"]]
+    assert result["confidence"]["tier"] == "not_found"
+    assert not result["plain_english"] and not result["legal"] and not result["quotes"] and not result["citations"]
+    model = result["model"]
+    assert model["answered"] == "anthropic/claude-haiku-4-5-20251001" and model["fallback_reason"] is None
+    assert [c["step"] for c in model["calls"]] == ["plain"]  # the legal call was not made
+    assert len(fake.requests) == 1 and len(fake.replies) == 1
 
 
 # ------------------------------------------------------------------------------------------------

@@ -23,11 +23,11 @@ from shared.config import Settings
 from shared.messages import GenerateRequest, Hit
 
 try:  # importable as tests.fakes (repo root on sys.path) or as fakes (tests/ on sys.path, pytest's default)
-    from tests.fakes import FABRICATED_QUOTE, OTHER_SECTION
+    from tests.fakes import FABRICATED_QUOTE, NOT_ANSWERED, OTHER_SECTION
     from tests.fakes.anthropic_server import FakeAnthropic
     from tests.fakes.openai_server import FakeOpenAI
 except ImportError:  # pragma: no cover
-    from fakes import FABRICATED_QUOTE, OTHER_SECTION  # type: ignore[no-redef]
+    from fakes import FABRICATED_QUOTE, NOT_ANSWERED, OTHER_SECTION  # type: ignore[no-redef]
     from fakes.anthropic_server import FakeAnthropic  # type: ignore[no-redef]
     from fakes.openai_server import FakeOpenAI  # type: ignore[no-redef]
 
@@ -146,6 +146,37 @@ def test_parse_json_reply_is_robust():
         parse_json_reply("Gouda needs 46 percent milkfat.")
     with pytest.raises(MalformedReply):
         parse_json_reply('{"text": "no answer key"}')
+
+
+def test_a_not_answered_reply_is_read_as_the_model_declining(hits):
+    """plain.v2 / legal.v2: {"answer": "", "not_answered": "..."} is a decline, not a malformed reply; an answer
+    given beside a decline is withheld (the safer reading); a non-string decline is malformed."""
+    from services.generator.providers.base import ProviderFailure, interpret_reply
+
+    req = GenerateRequest(step="plain", question=GOUDA_Q, sections=hits)
+    reply = interpret_reply(req, json.dumps({"answer": "", "cited": [], "not_answered": "  They do not say.  "}))
+    assert (reply.answer, reply.quotes, reply.cited, reply.not_answered) == ("", [], [], "They do not say.")
+    both = interpret_reply(req, json.dumps({"answer": "Gouda has 46 percent [21 CFR 133.142].",
+                                             "cited": ["21 CFR 133.142"], "not_answered": "They do not say."}))
+    assert both.answer == "" and both.cited == [] and both.not_answered == "They do not say."
+    answered = interpret_reply(req, json.dumps({"answer": "Gouda [21 CFR 133.142].", "cited": [], "not_answered": ""}))
+    assert answered.not_answered is None and answered.answer == "Gouda [21 CFR 133.142]."
+    for bad in ({"answer": "", "cited": []}, {"answer": "", "not_answered": ["no"]}):
+        with pytest.raises(ProviderFailure, match="malformed_reply"):
+            interpret_reply(req, json.dumps(bad))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_model_declining_is_passed_on_with_its_sentence_and_label(hits, extractive, openai_fake, anthropic,
+                                                                          provider):
+    fake, make = (openai_fake, openai_settings) if provider == "openai" else (anthropic, anthropic_settings)
+    fake.reset("not_answered")
+    gen = Generator(make(fake), extractive=extractive)
+    for step in ("plain", "legal"):
+        r = await gen.generate(plain(GOUDA_Q, hits) if step == "plain" else legal(GOUDA_Q, hits, "(none)"))
+        assert r.not_answered == NOT_ANSWERED and r.text == "" and not r.quotes and not r.citations
+        assert r.call.provider == provider and r.call.fallback_reason is None  # a decline is not a failure
+        assert r.call.model == fake.replies[-1]["model"]
 
 
 def test_citations_are_restricted_to_request_sections(hits):

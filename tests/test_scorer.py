@@ -375,6 +375,24 @@ async def test_post_gate_passes_a_grounded_answer(scorer):
     assert res.confidence.tier in ("high", "medium")
 
 
+@pytest.mark.parametrize("declined_step", ["plain", "legal"])
+async def test_post_gate_refuses_not_found_when_the_model_finds_the_sections_do_not_answer(scorer, declined_step):
+    """A model's not_answered sentence (plain.v2 / legal.v2) is a not_found refusal naming that model, with the
+    sections it read as evidence; when only call 2 declines, call 1's answer is withheld too (the safer reading)."""
+    req = gouda_post(GOUDA_PLAIN, GOUDA_LEGAL, [Quote(text=GOUDA_QUOTE, cfr_ref="21 CFR 133.142")])
+    sentence = "The sections give the milkfat of gouda but not how long it keeps once opened."
+    declined = getattr(req, declined_step).model_copy(update={"text": "", "quotes": [], "citations": [],
+                                                               "not_answered": sentence})
+    req = req.model_copy(update={declined_step: declined})
+    res = await scorer.post(req)
+    assert not res.passed and res.refusal.reason == "not_found"
+    assert res.refusal.message.startswith("The model (regs-extractive-1.0) read the ")
+    assert res.refusal.message.endswith(sentence) and "21 CFR 133.142" in res.refusal.message
+    assert res.refusal.evidence and res.refusal.evidence[0].cfr_ref == req.sections[0].cfr_ref
+    assert res.plain_english == res.legal == "" and res.quotes == [] and res.citations == []
+    assert res.confidence.tier == "not_found"
+
+
 def test_post_gate_extractive_answer_is_fully_supported(scorer):
     sentences = split_sentences(GOUDA)
     req = gouda_post(GOUDA, GOUDA_LEGAL, [Quote(text=GOUDA_QUOTE, cfr_ref="21 CFR 133.142")])

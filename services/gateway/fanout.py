@@ -105,12 +105,19 @@ async def answer(
     plain = GenerateResult.model_validate(await stage("generate_plain", bus.request(
         GENERATE, "generate", GenerateRequest(step="plain", question=question, sections=pre.sections),
         timeout=deadline, stage="generate_plain", request_id=f"{query_id}-plain", trace_id=query_id)))
-    await on_status("generating legal")
-    legal = GenerateResult.model_validate(await stage("generate_legal", bus.request(
-        GENERATE, "generate", GenerateRequest(step="legal", question=question, sections=pre.sections,
-                                              plain_answer=plain.text),
-        timeout=deadline, stage="generate_legal", request_id=f"{query_id}-legal", trace_id=query_id)))
-    label = model_label(settings, [plain.call, legal.call])
+    if plain.not_answered:
+        # the model found the sections do not answer the question: no legal text to write; the scorer refuses
+        legal = GenerateResult(step="legal", text="", not_answered=plain.not_answered, call=CallInfo(
+            step="legal", provider="none", model="none", requested_provider=plain.call.requested_provider,
+            requested_model=plain.call.requested_model))
+        label = model_label(settings, [plain.call])
+    else:
+        await on_status("generating legal")
+        legal = GenerateResult.model_validate(await stage("generate_legal", bus.request(
+            GENERATE, "generate", GenerateRequest(step="legal", question=question, sections=pre.sections,
+                                                  plain_answer=plain.text),
+            timeout=deadline, stage="generate_legal", request_id=f"{query_id}-legal", trace_id=query_id)))
+        label = model_label(settings, [plain.call, legal.call])
     if plain.refused or legal.refused:
         reason = plain.call.fallback_reason or legal.call.fallback_reason or "provider failed"
         result = QueryResult(

@@ -101,6 +101,7 @@ class Generator:
             text=out.text,
             quotes=out.quotes,
             citations=build_citations(request.sections, refs),
+            not_answered=out.not_answered,
             call=CallInfo(
                 step=request.step, provider=provider.name, model=out.model, requested_provider=requested_provider,
                 requested_model=requested_model, tokens_in=out.tokens_in, tokens_out=out.tokens_out, ms=round(ms, 1),

@@ -1228,6 +1228,21 @@ def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
     plain_text = req.plain.text or ""
     legal_text = req.legal.text or ""
 
+    # 0. the model read the sections and found they do not answer the question ---------------------------
+    declined = next((g for g in (req.plain, req.legal) if g.not_answered), None)
+    if declined is not None:
+        shown = sections[:3]
+        pre_not_found = True
+        return result(False, "", "", [], [], 0.0, Refusal(
+            reason="not_found",
+            message=f"The model ({declined.call.model}) read the {len(sections)} closest "
+                    f"section{'s' if len(sections) != 1 else ''} ({_join([s.cfr_ref for s in shown])}"
+                    f"{', …' if len(sections) > len(shown) else ''}) and found that they do not answer the question: "
+                    f"{declined.not_answered.rstrip()}",
+            evidence=[_evidence(s, detail="retrieved, but does not answer the question (the model's reading)")
+                      for s in shown],
+        ))
+
     # 0. the generator produced nothing (fallback "refuse") ----------------------------------------------
     if req.plain.refused or (not plain_text.strip() and not legal_text.strip()):
         return result(False, "", "", [], [], 0.0, Refusal(

@@ -52,6 +52,9 @@ def first_sentence(text: str) -> str:
     return text.strip()[:200]
 
 
+NOT_ANSWERED = ("The sections set the standard of identity for the cheese but do not say how long it keeps once opened.")
+
+
 def answer_for(step: str, sections: list[tuple[str, str]], behaviour: str) -> tuple[dict[str, Any], str | None, int]:
     """(the JSON object the model 'writes', the verbatim sentence it cites, its section index)."""
     cfr_ref, text = sections[0] if sections else ("21 CFR 0.0", "")
@@ -64,6 +67,9 @@ def answer_for(step: str, sections: list[tuple[str, str]], behaviour: str) -> tu
                 None, 0,
             )
         return {"answer": f"{FABRICATED_QUOTE} [{cfr_ref}]", "cited": [cfr_ref]}, None, 0
+    if behaviour == "not_answered":  # the model reads the sections and finds they do not answer the question
+        empty = "quotes" if step == "legal" else "cited"
+        return {"answer": "", empty: [], "not_answered": NOT_ANSWERED}, None, 0
     if behaviour == "wrong_shape":
         return {"answer": f"{cfr_ref} provides it.", "quotes": "see above", "cited": "all of them"}, None, 0
     if step == "legal":

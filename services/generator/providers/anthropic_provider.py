@@ -129,20 +129,24 @@ class AnthropicProvider:
         blocks = [b for b in (response.content or []) if getattr(b, "type", None) == "text"]
         raw = "".join(getattr(b, "text", "") or "" for b in blocks)
         try:
-            text, quotes, cited = interpret_reply(request, raw)
+            reply = interpret_reply(request, raw)
         except ProviderFailure as exc:
             if stop_reason == "max_tokens":
                 raise ProviderFailure("malformed_reply", "truncated at max_tokens") from exc
             raise
         api_quotes, api_cited = self._citations(request, blocks)
-        if request.step == "legal":
+        quotes, cited = reply.quotes, reply.cited
+        if reply.not_answered:
+            api_quotes, api_cited = [], []
+        elif request.step == "legal":
             quotes = _merge_quotes(api_quotes, quotes)
         usage = getattr(response, "usage", None)
         tokens_in = int(getattr(usage, "input_tokens", 0) or 0)
         tokens_in += int(getattr(usage, "cache_read_input_tokens", 0) or 0)
         tokens_in += int(getattr(usage, "cache_creation_input_tokens", 0) or 0)
         return ProviderOutput(
-            text=text, model=model, quotes=quotes, cited=api_cited + cited, tokens_in=tokens_in,
+            text=reply.answer, model=model, quotes=quotes, cited=api_cited + cited, tokens_in=tokens_in,
+            not_answered=reply.not_answered,
             tokens_out=int(getattr(usage, "output_tokens", 0) or 0),
         )
 

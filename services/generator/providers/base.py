@@ -11,7 +11,7 @@ from shared.messages import GenerateRequest, Hit, Quote
 from ..text import MalformedReply, normalise_ref, parse_json_reply, quote_from_model, refs_in_text
 
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
-PROMPT_VERSIONS = {"plain": "plain.v1", "legal": "legal.v1"}
+PROMPT_VERSIONS = {"plain": "plain.v2", "legal": "legal.v2"}
 
 
 class ProviderFailure(Exception):
@@ -39,6 +39,7 @@ class ProviderOutput:
     cited: list[tuple[str, str | None]] = field(default_factory=list)  # (cfr_ref, paragraph) the answer names
     tokens_in: int = 0
     tokens_out: int = 0
+    not_answered: str | None = None  # the model found the sections do not answer the question (text is empty)
 
 
 class Provider(Protocol):
@@ -99,10 +100,26 @@ def render_context(sections: list[Hit]) -> str:
 # --------------------------------------------------------------------------------------------
 # the reply contract
 # --------------------------------------------------------------------------------------------
-def interpret_reply(request: GenerateRequest, raw: str) -> tuple[str, list[Quote], list[tuple[str, str | None]]]:
-    """(answer text, quotes, cited refs) from a model's JSON reply; raises ProviderFailure(malformed_reply)."""
+@dataclass(frozen=True)
+class Reply:
+    answer: str
+    quotes: list[Quote]
+    cited: list[tuple[str, str | None]]
+    # the model's one sentence on why the sections do not answer the question (its answer is then withheld)
+    not_answered: str | None = None
+
+
+def interpret_reply(request: GenerateRequest, raw: str) -> Reply:
+    """The answer text, quotes and cited refs of a model's JSON reply, or its ``not_answered`` sentence when it
+    found that the sections do not answer the question; raises ProviderFailure(malformed_reply)."""
     try:
         obj: dict[str, Any] = parse_json_reply(raw)
+        declined = obj.get("not_answered")
+        if declined is not None and not isinstance(declined, str):
+            raise MalformedReply("not_answered not a string")
+        if declined and declined.strip():
+            # an answer given beside it is the model contradicting itself: the decline is the safer reading
+            return Reply("", [], [], declined.strip())
         answer = obj.get("answer")
         if not isinstance(answer, str) or not answer.strip():
             raise MalformedReply("empty answer")
@@ -126,4 +143,4 @@ def interpret_reply(request: GenerateRequest, raw: str) -> tuple[str, list[Quote
                 cited.append(norm)
     except MalformedReply as exc:
         raise ProviderFailure("malformed_reply", str(exc)) from exc
-    return answer.strip(), quotes, cited + refs_in_text(answer)
+    return Reply(answer.strip(), quotes, cited + refs_in_text(answer))

@@ -97,14 +97,14 @@ class OpenAIProvider:
         if getattr(choice, "finish_reason", None) == "content_filter":
             raise ProviderFailure("model_refused", "content_filter")
         try:
-            text, quotes, cited = interpret_reply(request, raw)
+            reply = interpret_reply(request, raw)
         except ProviderFailure as exc:
             if getattr(choice, "finish_reason", None) == "length":
                 raise ProviderFailure("malformed_reply", "truncated at max_tokens") from exc
             raise
         usage = getattr(response, "usage", None)
         return ProviderOutput(
-            text=text, model=model, quotes=quotes, cited=cited,
+            text=reply.answer, model=model, quotes=reply.quotes, cited=reply.cited, not_answered=reply.not_answered,
             tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
             tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
         )
