@@ -24,6 +24,7 @@ STAGE_SECONDS = Histogram(
 )  # stage: retrieve, pre_gate, generate_plain, generate_legal, post_gate, total
 ANSWERS = Counter("regs_answers_total", "Query outcomes", ["status"])  # answered, refused
 REFUSALS = Counter("regs_refusals_total", "Refusals by reason", ["reason"])
+MODEL_DECLINED = Counter("regs_model_declined_total", "Questions the pre-generation gate let through whose sections the generation model found do not answer them (refused not_found)", ["model"])
 ANSWERING_MODEL = Counter("regs_answering_model_total", "Generation calls by the model that answered", ["model"])
 FALLBACKS = Counter("regs_generation_fallbacks_total", "Generation calls that fell back", ["reason"])
 CONFIDENCE_TIER = Counter("regs_confidence_tier_total", "Answers by confidence tier", ["tier"])

@@ -282,6 +282,8 @@ def test_a_model_that_finds_the_sections_do_not_answer_is_a_not_found_refusal(pr
     assert model["answered"] == "anthropic/claude-haiku-4-5-20251001" and model["fallback_reason"] is None
     assert [c["step"] for c in model["calls"]] == ["plain"]  # the legal call was not made
     assert len(fake.requests) == 1 and len(fake.replies) == 1
+    metrics_text = client.get("/metrics").text
+    assert 'regs_model_declined_total{model="claude-haiku-4-5-20251001"} 1.0' in metrics_text
 
 
 # ------------------------------------------------------------------------------------------------

@@ -107,6 +107,7 @@ async def answer(
         timeout=deadline, stage="generate_plain", request_id=f"{query_id}-plain", trace_id=query_id)))
     if plain.not_answered:
         # the model found the sections do not answer the question: no legal text to write; the scorer refuses
+        metrics.MODEL_DECLINED.labels(plain.call.model).inc()
         legal = GenerateResult(step="legal", text="", not_answered=plain.not_answered, call=CallInfo(
             step="legal", provider="none", model="none", requested_provider=plain.call.requested_provider,
             requested_model=plain.call.requested_model))
