@@ -96,6 +96,9 @@ class Settings(BaseSettings):
 
     # --- bus -----------------------------------------------------------------------------------
     stream_maxlen: int = Field(10000, description="Approximate MAXLEN of every stream.")
+    stream_keep_acked_s: float = Field(
+        60.0, ge=0, description="Entries every group has been given and has acknowledged are trimmed from a request "
+                                "stream once older than this (entries not yet delivered, or pending, always stay).")
     max_deliveries: int = Field(3, description="Deliveries of one entry before it goes to <stream>.dlq.")
     reclaim_idle_ms: int = Field(15000, description="Pending entries idle this long are reclaimed by another consumer.")
     reply_ttl_s: int = Field(600, description="Lifetime of a gateway's reply stream and of cached replies.")

@@ -14,7 +14,8 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from shared.bus import FIELD, BusClient, StageError, StageTimeout, StreamWorker, ensure_groups, publish
+from shared.bus import (FIELD, BusClient, StageError, StageTimeout, StreamWorker, ensure_groups, publish,
+                        trim_consumed)
 from shared.messages import Envelope
 from shared.streams import Operation, StreamSpec
 
@@ -81,6 +82,62 @@ async def test_entries_published_before_worker_started_are_not_skipped(settings)
     finally:
         await worker.stop()
         await r.aclose()
+
+
+async def test_trim_drops_only_what_every_group_has_acknowledged(settings):
+    """MINID trimming: an entry leaves the stream once every group has been given it and acknowledged it;
+    undelivered and pending entries stay (a stopped worker's backlog, a dead consumer's entry to reclaim)."""
+    spec = _spec()
+    r = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        await ensure_groups(r, (spec,))
+        await r.xgroup_create(spec.name, "audit", id="0")  # a second group, further behind
+        ids = [await publish(r, spec.name, Envelope(kind="echo", payload={"text": str(i)}), 1000) for i in range(4)]
+
+        async def take(group: str, n: int) -> list[bytes]:
+            got = await r.xreadgroup(group, "c1", {spec.name: ">"}, count=n)
+            return [entry_id for _, entries in got for entry_id, _ in entries]
+
+        assert await trim_consumed(r, spec.name, keep_s=0) == 0  # nothing delivered yet
+        first, second = await take(spec.group, 2)
+        await r.xack(spec.name, spec.group, first)  # echo: 1 acked, 1 pending, 2 undelivered
+        assert await trim_consumed(r, spec.name, keep_s=0) == 0  # audit has been given nothing
+        await r.xack(spec.name, "audit", *await take("audit", 4))  # audit: all acked
+        assert await trim_consumed(r, spec.name, keep_s=0) == 1
+        assert [e for e, _ in await r.xrange(spec.name)] == ids[1:]
+        await r.xack(spec.name, spec.group, second)
+        assert await trim_consumed(r, spec.name, keep_s=3600) == 0  # acked, but younger than keep_s
+        assert await trim_consumed(r, spec.name, keep_s=0) == 1
+        assert [e for e, _ in await r.xrange(spec.name)] == ids[2:]  # never delivered to echo: kept
+    finally:
+        await r.delete(spec.name)
+        await r.aclose()
+
+
+async def test_a_worker_trims_the_entries_it_has_answered(settings):
+    spec = _spec()
+
+    async def handler(kind, payload, envelope):
+        return Echo(text=payload.text.upper())
+
+    worker = StreamWorker(spec, handler, settings.model_copy(update={"stream_keep_acked_s": 0}))
+    await worker.start()
+    client = BusClient(settings)
+    await client.start()
+    r = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        for i in range(5):
+            assert (await client.request(spec, "echo", Echo(text=f"t{i}"), timeout=10))["text"] == f"T{i}"
+        assert await r.xlen(spec.name) >= 1
+        assert await _wait(lambda: _xlen_is(r, spec.name, 0), timeout=10)  # the watchdog's next pass
+    finally:
+        await client.close()
+        await worker.stop()
+        await r.aclose()
+
+
+async def _xlen_is(r, stream, n):
+    return await r.xlen(stream) == n
 
 
 async def _xlen(r, stream, n):
