@@ -416,7 +416,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\b(?:best way|how (?:should|do|can) (?:i|we|you)) (?:to )?store\b[^.?!]{0,60}\b(?:at home|homemade|after (?:i |you )?open"
        r"|opened|leftovers?|mou?ld)|\b(?:grows?|growing|get|gets|getting) mou?ldy?\b|"
        r"\bstill (?:good|safe)(?: to eat)?\b[^.?!]{0,40}\b(?:after|past)\b|\b(?:stays?|staying) good\b|\bgo(?:es)? bad\b|"
-       r"\bhow long (?:can|should|will) (?:i|we|you) (?:keep|store|leave)\b"),
+       # "keep taking it" is going on doing something, not storing
+       r"\bhow long (?:can|should|will) (?:i|we|you) (?:keep(?!\s+\w+ing\b)|store|leave)\b|"
+       r"\bhow long (?:does|do|will|would)\b[^.?!]{0,60}\b(?:stay|last|keep)s?(?: \w+)? (?:safe|good|fresh)\b|"
+       r"\bhow (?:do|can|should) (?:i|we|you) make\b[^.?!]{0,60}\bat home\b|\brecipes? for\b"),
     _p("general-knowledge", "nutrition science (what foods naturally contain, their health effects)", NOT_FEDERAL,
        (), r"\bnaturally (?:lowest|highest|low|high|rich) in\b|\blactose[- ]intoleran\w*|"
            r"\bhow many calories (?:are|is) (?:in|there in)\b|"
@@ -430,7 +433,11 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        NOT_FEDERAL, (),
        r"\bhow many (?:people|persons|americans|households|families|stores|retailers|recipients|participants|"
        r"beneficiaries|pharmacies|companies|firms|seniors|children|kids)\b (?:are|were|have been|got|get|receive|received)"
-       r" (?:currently |now |still )?(?:enrolled|participating|served|receiving|on|in|using|authorized|disqualified)\b"),
+       r"(?: \w+){0,2} (?:enrolled|participating|served|receiving|on|in|using|authorized|disqualified|fined|"
+       r"sanctioned|approved|denied)\b"),
+    _p("events", "who holds an office, and an agency's history (news and history, not regulation)", NOT_FEDERAL, (),
+       r"\bwho (?:is|was) (?:the )?(?:current|first|new|acting|last|previous)\b|"
+       r"\bwhen (?:was|were|did) (?:the )?(?:\w+ ){0,3}(?:first )?(?:created|founded|established|set up)\b"),
     _p("events", "a particular product's recall or enforcement history (news, not regulation)", NOT_FEDERAL, (),
        r"\b(?:was|were|has|have|got)\b(?: \w+){0,6} recalled\b|\bwhich lot (?:codes|numbers)\b|"
        r"\b(?:ever|has|have|did|was|were)\b[^.?!]{0,60}\bwarning letters?\b|\bform 483s?\b|\b483 observations?\b|"
@@ -444,8 +451,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\b(?:is it|are they) safe (?:to eat|to drink|for (?:my|a|kids|children|babies|pregnant))\b|"
        r"\bsafe to eat\b[^.?!]{0,40}\b(?:while|when|during) (?:pregnant|pregnancy|breastfeeding|nursing)\b|"
        r"\bhow many (?:cans|servings|cups|eggs|glasses)\b[^.?!]{0,20}\b(?:a|per) (?:day|week)\b[^.?!]{0,20}\b(?:okay|ok|safe|healthy)\b"),
-    _p("general-knowledge", "where to find a particular store or office (a locator, not regulation)", NOT_FEDERAL, (),
-       r"\b(?:which|where)\b[^.?!]{0,50}\b(?:near|around|close to) (?:me|downtown|my (?:house|home|apartment))\b"),
+    _p("general-knowledge", "where to find a particular store, office or website (a locator, not regulation)",
+       NOT_FEDERAL, (),
+       r"\b(?:which|where)\b[^.?!]{0,50}\b(?:near|around|close to) (?:me|downtown|my (?:house|home|apartment))\b|"
+       r"\bwhat (?:website|web ?site|url|app|phone number)\b"),
     _p("general-knowledge", "the federal poverty guidelines themselves (published each year by HHS, not in the CFR)",
        NOT_FEDERAL, (),
        r"\bwhat (?:are|is) (?:the )?(?:current |latest |this year'?s |new )?(?:federal )?poverty (?:guidelines?|levels?|lines?)\b"),

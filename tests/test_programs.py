@@ -57,7 +57,7 @@ def _rows(name: str) -> list[dict]:
 
 
 SETS = ("dataset.jsonl", "heldout.jsonl", "heldout2.jsonl", "heldout3.jsonl", "heldout4.jsonl", "heldout5.jsonl",
-        "heldout6.jsonl", "heldout7.jsonl", "heldout8.jsonl", "heldout9.jsonl", "heldout10.jsonl", "heldout11.jsonl", "heldout12.jsonl", "heldout13.jsonl", "heldout14.jsonl")
+        "heldout6.jsonl", "heldout7.jsonl", "heldout8.jsonl", "heldout9.jsonl", "heldout10.jsonl", "heldout11.jsonl", "heldout12.jsonl", "heldout13.jsonl", "heldout14.jsonl", "heldout15.jsonl")
 
 
 @pytest.mark.parametrize("dataset", SETS)
@@ -86,6 +86,17 @@ def test_answerable_questions_never_name_only_rules_the_corpus_does_not_hold(dat
     ("Was Jif peanut butter recalled in 2022, and which lot codes were affected?",
      "a particular product's recall or enforcement history (news, not regulation)"),
     ("What are the requirements for popular names like the Produce Safety Rule?", "the Produce Safety Rule"),
+    # heldout15's blind misses
+    ("How long does an opened tub of cream cheese stay safe in the fridge?", "cooking and kitchen know-how"),
+    ("How do I make ricotta at home with whole milk and lemon juice?", "cooking and kitchen know-how"),
+    ("When was the FDA first created, and who was its first commissioner?",
+     "who holds an office, and an agency's history (news and history, not regulation)"),
+    ("Who is the current DEA Administrator?",
+     "who holds an office, and an agency's history (news and history, not regulation)"),
+    ("How many stores were permanently disqualified from SNAP for trafficking last fiscal year?",
+     "counts of people or businesses in a program (statistics, not regulation)"),
+    ("how do I apply for food stamps online in Texas, what website do I use?",
+     "where to find a particular store, office or website (a locator, not regulation)"),
 ])
 def test_general_knowledge_news_and_popular_rule_names_have_homes(question, name):
     assert name in [h.name for h, _ in named_homes(question)]
@@ -94,6 +105,11 @@ def test_general_knowledge_news_and_popular_rule_names_have_homes(question, name
 @pytest.mark.parametrize("question", [
     "What must a firm's recall strategy include?",  # recall rules are held (21 CFR part 7)
     "How long may shell eggs be held before they must be refrigerated at 45 degrees?",
+    # "keep taking it" is a dose question, not storage (heldout15's blind false refusal)
+    "What's the standard dose in an OTC diphenhydramine sleep aid, and how long can you keep taking it?",
+    "How long does a DEA registration stay valid?",
+    "When was the section last amended?",
+    "Who is the responsible person for a recall?",
 ])
 def test_rule_questions_about_recalls_and_eggs_are_not_general_knowledge(question):
     assert not [h for h, _ in named_homes(question) if h.family in ("general-knowledge", "events")]

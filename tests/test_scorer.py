@@ -630,6 +630,11 @@ def test_a_yearly_amount_the_text_does_not_state_is_not_found():
     assert yearly_amount_year("What income levels trigger the IRMAA surcharge in 2025?") == "2025"
     # a year that places the asker's own event, with the amount asked about the present
     assert yearly_amount_year("I had a kidney transplant in 2021; what is that premium based on?") is None
+    # "this year" is the current year: a quota, or a maximum adjusted every year (heldout15, blind)
+    assert yearly_amount_year("What's DEA's aggregate production quota for oxycodone for this year?", 2026) == "2026"
+    assert yearly_amount_year("The Medicaid copay limit for ER visits was $8 but gets adjusted for inflation every "
+                              "year. What's the actual maximum this year?", 2026) == "2026"
+    assert yearly_amount_year("I turned 65 this year. How long is my enrollment window?", 2026) is None
 
     hit = make_hit("21 CFR 133.142", 0.71, 1)
     question = "How much milkfat did gouda need for 2025, in percent?"

@@ -468,8 +468,11 @@ _ASKS_ABOUT_THE_PAST = re.compile(
 
 _THIS_YEARS_AMOUNT = re.compile(
     r"\b(?:premiums?|deductibles?|allotments?|co-?pays?|co-?payments?|coinsurance|income limits?|surcharges?|"
-    r"penalt(?:y|ies)|fees?|rates?)\b[^.?!]{0,80}?\b(?:this|next) year\b|\b(?:this|next) year'?s\s+(?:\w+\s+){0,3}"
-    r"(?:premiums?|deductibles?|allotments?|co-?pays?|income limits?|surcharges?|penalt(?:y|ies)|fees?|rates?)\b",
+    r"penalt(?:y|ies)|fees?|rates?|quotas?)\b[^.?!]{0,80}?\b(?:for |in )?(?:this|next) year\b|"
+    r"\b(?:this|next) year'?s\s+(?:\w+\s+){0,3}"
+    r"(?:premiums?|deductibles?|allotments?|co-?pays?|income limits?|surcharges?|penalt(?:y|ies)|fees?|rates?|quotas?)\b|"
+    # "the limit is adjusted for inflation every year. What's the actual maximum this year?"
+    r"\b(?:maximum|minimum|limit|cap|amount)\s+(?:is\s+|for\s+|in\s+)?(?:this|next) year\b",
     re.I,
 )
 
