@@ -356,6 +356,10 @@ def format_table(result: dict) -> str:
         out.append(f"errors: {len(errors)} questions ({', '.join(errors[:10])}{' ...' if len(errors) > 10 else ''})")
     if overall.get("refusals"):
         out.append(f"refusal reasons: {overall['refusals']['reasons']}")
+        by_model = overall["refusals"].get("not_found_by_model") or {}
+        if any(by_model.values()):
+            out.append(f"not_found decided by the generation model: {by_model.get('not_found', 0)} not_found and "
+                       f"{by_model.get('answerable', 0)} answerable questions")
     if overall.get("calibration"):
         out.append("calibration: " + ", ".join(
             f"{t}: n={c['n']} correct={c['correct_share']:.2f}" for t, c in overall["calibration"].items()))

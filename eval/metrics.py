@@ -311,6 +311,13 @@ def refusal_metrics(rows: Sequence[Mapping[str, Any]]) -> dict:
             sorted(Counter(r.get("refusal_reason") or "unknown" for r in refused if r.get("kind") != "not_found").items())
         ),
         "errors": sum(1 for r in rows if r.get("status") is None and r.get("query_error")),
+        # not_found refusals a generation model decided (plain.v2's not_answered: a model answered the call, the
+        # pre-gate had let the question through), apart from the pre-gate's, for a provider run
+        "not_found_by_model": {
+            kind: sum(1 for r in refused if r.get("refusal_reason") == "not_found" and r.get("answered_model")
+                      and (r.get("kind") == "not_found") == (kind == "not_found"))
+            for kind in ("not_found", "answerable")
+        },
     }
 
 

@@ -179,6 +179,22 @@ def test_refusal_for_wrong_reason_is_not_a_not_found_success():
     assert r["not_found_refusal_rate"] == 0.0 and r["not_found_any_refusal_rate"] == 1.0
 
 
+def test_not_found_decided_by_the_model_is_counted_apart():
+    rows = [
+        {"kind": "not_found", "status": "refused", "refusal_reason": "not_found", "answered_model": None},
+        {"kind": "not_found", "status": "refused", "refusal_reason": "not_found",
+         "answered_model": "anthropic/claude-haiku-4-5-20251001"},
+        {"kind": "fact", "status": "refused", "refusal_reason": "not_found",
+         "answered_model": "anthropic/claude-haiku-4-5-20251001"},
+        {"kind": "fact", "status": "refused", "refusal_reason": "unsupported_figure",
+         "answered_model": "anthropic/claude-haiku-4-5-20251001"},
+        {"kind": "fact", "status": "answered", "refusal_reason": None, "answered_model": "extractive/x"},
+    ]
+    out = m.refusal_metrics(rows)
+    assert out["not_found_by_model"] == {"not_found": 1, "answerable": 1}
+    assert out["not_found_refusal_rate"] == 1.0 and out["false_refusal_rate"] == 2 / 3
+
+
 def test_transport_errors_leave_refusal_denominators():
     rows = [_row("a", "fact", None, None), _row("b", "fact", None, "answered")]
     rows[0]["query_error"] = "HTTP 500"
