@@ -119,13 +119,21 @@ def vector_index_name(table: str, model: str, dim: int) -> str:
     return f"{table}_hnsw_{slug}_{dim}"
 
 
+def vector_index_predicate(table: str, model: str) -> str:
+    """The rows a model's HNSW index holds: the model's active rows, exactly what the dense searches read (their
+    WHERE implies it, so the planner uses the index). Staged rows enter the graph once, when the swap activates
+    them, and superseded ones leave it: a refresh inserts each new row into the graph once (not at the COPY, the
+    activation and the superseding UPDATE), and the graph never fills with versions no search may return."""
+    return f"{active_rows(table)} AND embedding_model = {sql_literal(model)}"
+
+
 async def ensure_vector_indexes(conn: asyncpg.Connection, model: str, dim: int) -> None:
     """One partial HNSW cosine index per embedding model (the column itself is dimensionless)."""
     for table in ("section_windows", "sections"):
         name = vector_index_name(table, model, dim)
         await conn.execute(
             f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw "
-            f"((embedding::vector({dim})) vector_cosine_ops) WHERE embedding_model = {sql_literal(model)}"
+            f"((embedding::vector({dim})) vector_cosine_ops) WHERE {vector_index_predicate(table, model)}"
         )
 
 
@@ -207,7 +215,8 @@ async def dense_window_search(
     """Best windows by cosine over the partial HNSW index of ``model``; one row per section (its best window).
 
     The model name is a literal (not a parameter) so a cached generic plan still matches the partial
-    index; iterative scans keep returning rows when the active filter removes candidates.
+    index (``vector_index_predicate``: active rows of the model); iterative scans keep returning rows when a
+    filter removes candidates.
     """
     async with conn.transaction():
         await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}; SET LOCAL hnsw.iterative_scan = relaxed_order")

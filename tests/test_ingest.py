@@ -837,7 +837,7 @@ async def test_first_large_load_builds_the_hnsw_index_after_the_copy(scratch, em
         async with conn.transaction():
             await conn.execute("SET LOCAL enable_seqscan = off")  # a tiny table: show the index is usable
             plan = "\n".join(r[0] for r in await conn.fetch(
-                f"EXPLAIN SELECT section_id FROM section_windows w WHERE w.embedding_model = "
+                f"EXPLAIN SELECT section_id FROM section_windows w WHERE {db.active_rows('w')} AND w.embedding_model = "
                 f"{db.sql_literal(embedder.model_name)} ORDER BY w.embedding::vector(384) <=> $1::vector(384) LIMIT 5",
                 vector))
         assert name in plan, plan

@@ -556,7 +556,8 @@ class IngestPipeline:
                     window_rows.append((new_id, version_id, "staged", title, window_no, model,
                                         np.asarray(vector, dtype=np.float32)))
             if not bulk_load:
-                await db.ensure_vector_indexes(conn, model, dim)  # small loads insert into the existing graph
+                # the graph holds active rows only: these staged rows enter it when the swap activates them
+                await db.ensure_vector_indexes(conn, model, dim)
             await _copy(conn, version_id, section_rows, window_rows, carried_ids)
 
     async def _check(self, version_id: int, title: int, active_count: int, active_in_scope: int,
