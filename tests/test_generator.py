@@ -161,6 +161,8 @@ def test_a_not_answered_reply_is_read_as_the_model_declining(hits):
     assert both.answer == "" and both.cited == [] and both.not_answered == "They do not say."
     answered = interpret_reply(req, json.dumps({"answer": "Gouda [21 CFR 133.142].", "cited": [], "not_answered": ""}))
     assert answered.not_answered is None and answered.answer == "Gouda [21 CFR 133.142]."
+    long = interpret_reply(req, json.dumps({"answer": "", "not_answered": "They do not  say. " * 100}))
+    assert len(long.not_answered) <= 400 and long.not_answered.endswith("…") and "  " not in long.not_answered
     for bad in ({"answer": "", "cited": []}, {"answer": "", "not_answered": ["no"]}):
         with pytest.raises(ProviderFailure, match="malformed_reply"):
             interpret_reply(req, json.dumps(bad))

@@ -12,6 +12,7 @@ from ..text import MalformedReply, normalise_ref, parse_json_reply, quote_from_m
 
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
 PROMPT_VERSIONS = {"plain": "plain.v2", "legal": "legal.v2"}
+MAX_NOT_ANSWERED_CHARS = 400
 
 
 class ProviderFailure(Exception):
@@ -119,7 +120,10 @@ def interpret_reply(request: GenerateRequest, raw: str) -> Reply:
             raise MalformedReply("not_answered not a string")
         if declined and declined.strip():
             # an answer given beside it is the model contradicting itself: the decline is the safer reading
-            return Reply("", [], [], declined.strip())
+            declined = " ".join(declined.split())
+            if len(declined) > MAX_NOT_ANSWERED_CHARS:  # it is shown in the refusal: one sentence, not an essay
+                declined = declined[: MAX_NOT_ANSWERED_CHARS - 1].rsplit(" ", 1)[0] + "…"
+            return Reply("", [], [], declined)
         answer = obj.get("answer")
         if not isinstance(answer, str) or not answer.strip():
             raise MalformedReply("empty answer")
