@@ -297,6 +297,9 @@ def refusal_metrics(rows: Sequence[Mapping[str, Any]]) -> dict:
     nf = [r for r in rows if r.get("kind") == "not_found" and r.get("status")]
     ans = [r for r in rows if r.get("kind") != "not_found" and r.get("status")]
     refused = [r for r in rows if r.get("status") == "refused"]
+    # not_found refusals a generation model decided (plain.v2's not_answered: a model answered the call, the
+    # pre-gate had let the question through), apart from the pre-gate's, for a provider run
+    declined = [r for r in refused if r.get("refusal_reason") == "not_found" and r.get("answered_model")]
     return {
         "not_found_n": len(nf),
         "not_found_refusal_rate": (
@@ -311,13 +314,8 @@ def refusal_metrics(rows: Sequence[Mapping[str, Any]]) -> dict:
             sorted(Counter(r.get("refusal_reason") or "unknown" for r in refused if r.get("kind") != "not_found").items())
         ),
         "errors": sum(1 for r in rows if r.get("status") is None and r.get("query_error")),
-        # not_found refusals a generation model decided (plain.v2's not_answered: a model answered the call, the
-        # pre-gate had let the question through), apart from the pre-gate's, for a provider run
-        "not_found_by_model": {
-            kind: sum(1 for r in refused if r.get("refusal_reason") == "not_found" and r.get("answered_model")
-                      and (r.get("kind") == "not_found") == (kind == "not_found"))
-            for kind in ("not_found", "answerable")
-        },
+        "not_found_by_model": {"not_found": sum(1 for r in declined if r.get("kind") == "not_found"),
+                               "answerable": sum(1 for r in declined if r.get("kind") != "not_found")},
     }
 
 

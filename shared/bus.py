@@ -105,13 +105,15 @@ def _entry_id(value: Any) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-async def trim_consumed(r: aioredis.Redis, stream: str, keep_s: float) -> int:
+async def trim_consumed(r: aioredis.Redis, stream: str, keep_s: float, groups: list[dict] | None = None) -> int:
     """XTRIM MINID: drop the entries that every group of ``stream`` has been given and has acknowledged, once
     older than ``keep_s``. MAXLEN alone keeps the last 10,000 entries of a stream whatever their state, and a
     post-gate request carries the retrieved sections' text: ~200 kB an entry, 2 GB of Redis for the score stream.
     Entries a group has not been given yet (a stopped worker's backlog) and pending ones (to be reclaimed) stay.
-    Returns the number of entries removed (0 for a stream without groups: nothing says what is consumed)."""
-    groups = await r.xinfo_groups(stream)
+    ``groups``: the stream's XINFO GROUPS, when the caller has just read them. Returns the number of entries removed
+    (0 for a stream without groups: nothing says what is consumed)."""
+    if groups is None:
+        groups = await r.xinfo_groups(stream)
     if not groups:
         return 0
     bound = (int((time.time() - keep_s) * 1000), 0)
@@ -251,7 +253,8 @@ class StreamWorker:
                 groups = await self.redis.xinfo_groups(self.spec.name)
                 names = {g["name"].decode() if isinstance(g["name"], bytes) else g["name"] for g in groups}
                 stopped = any(not getattr(sub, "running", True) for sub in self._broker.subscribers)
-                if self.spec.group not in names or stopped:
+                rebuilt = self.spec.group not in names or stopped
+                if rebuilt:
                     log.warning("group %s on %s is gone or a subscriber stopped: rebuilding", self.spec.group,
                                 self.spec.name)
                     await ensure_groups(self.redis, (self.spec,))
@@ -264,7 +267,8 @@ class StreamWorker:
                     lag = g.get("lag")
                     if lag is not None:
                         metrics.STREAM_BACKLOG.labels(self.spec.name, name).set(lag)
-                await trim_consumed(self.redis, self.spec.name, self.settings.stream_keep_acked_s)
+                if not rebuilt:  # a recreated group reads from id 0: the groups read above no longer say what is consumed
+                    await trim_consumed(self.redis, self.spec.name, self.settings.stream_keep_acked_s, groups)
                 metrics.DLQ_DEPTH.labels(self.spec.dlq).set(await self.redis.xlen(self.spec.dlq))
                 metrics.STREAM_CONSUMERS.labels(self.spec.name, self.spec.group).set(
                     len(await live_consumers(self.redis, self.spec.group))

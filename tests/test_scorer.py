@@ -806,12 +806,18 @@ def test_a_program_asked_for_is_not_found_when_only_the_askers_own_program_is_he
     assert res.refusal is None or "7 CFR part 246" not in res.refusal.message
 
 
-def test_general_knowledge_about_a_held_subject_and_a_companys_history_have_no_cfr_home():
+def homes(question: str) -> set[tuple[str, int]]:
+    """(family, title) of each program, agency or law the question names."""
     from shared.programs import named_homes
 
-    def families(question: str) -> set[str]:
-        return {home.family for home, _ in named_homes(question)}
+    return {(home.family, home.title) for home, _ in named_homes(question)}
 
+
+def families(question: str) -> set[str]:
+    return {family for family, _ in homes(question)}
+
+
+def test_general_knowledge_about_a_held_subject_and_a_companys_history_have_no_cfr_home():
     assert "general-knowledge" in families("What's the half-life of diphenhydramine in a nighttime sleep aid?")
     assert "general-knowledge" in families("How long does pseudoephedrine stay in your system?")
     assert "events" in families("Has the FDA ever sent Blue Bell Creameries a warning letter?")
@@ -845,10 +851,7 @@ def test_year_bound_amounts_named_with_more_words():
 
 
 def test_processing_times_statistics_home_storage_and_nutrition_science_have_no_cfr_home():
-    from shared.programs import named_homes, states_named
-
-    def families(question: str) -> set[str]:
-        return {home.family for home, _ in named_homes(question)}
+    from shared.programs import states_named
 
     assert "general-knowledge" in families("How long does DEA usually take in practice to approve a registration?")
     assert "general-knowledge" in families("How many people are enrolled in CSFP nationwide right now?")
@@ -868,11 +871,6 @@ def test_processing_times_statistics_home_storage_and_nutrition_science_have_no_
 
 
 def test_heldout11_wording_irmaa_brackets_shelf_life_interactions_and_feeding_age():
-    from shared.programs import named_homes
-
-    def homes(question: str) -> set[tuple[str, int]]:
-        return {(home.family, home.title) for home, _ in named_homes(question)}
-
     # the brackets are the Social Security Administration's (20 CFR 418); 42 CFR 408.28 only applies them
     assert homes("How much is the IRMAA surcharge on Part B for a married couple with $250,000 of income?") == \
         {("medicare", 20)}
@@ -905,11 +903,6 @@ def test_coverage_also_reads_the_cfr_words_for_everyday_ones():
 
 
 def test_heldout12_wording_pet_treats_pesticide_applicators_poverty_guidelines_local_law():
-    from shared.programs import named_homes
-
-    def homes(question: str) -> set[tuple[str, int]]:
-        return {(home.family, home.title) for home, _ in named_homes(question)}
-
     assert ("animal-drugs", 21) in homes("What do I need on a dog treat label?")
     assert ("epa", 40) in homes("Do I need a certification to spray restricted-use pesticides on my farm?")
     assert ("school-meals", 7) in homes("How much does USDA reimburse a school for each free lunch it serves?")
@@ -924,10 +917,7 @@ def test_heldout12_wording_pet_treats_pesticide_applicators_poverty_guidelines_l
 
 def test_heldout13_wording_health_advice_locators_state_programs_and_this_years_amounts():
     from services.scorer.gates import asks_for_figure, yearly_amount_year
-    from shared.programs import named_homes, states_named
-
-    def homes(question: str) -> set[tuple[str, int]]:
-        return {(home.family, home.title) for home, _ in named_homes(question)}
+    from shared.programs import states_named
 
     assert ("general-knowledge", 0) in homes("Is whole milk or skim milk healthier for my 2-year-old?")
     assert ("general-knowledge", 0) in homes("Is it safe to eat canned tuna while pregnant?")

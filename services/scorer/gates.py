@@ -1221,8 +1221,9 @@ def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
                                                               "fulltext_top", "specific_subject")}
 
     def result(passed: bool, plain: str, legal: str, quotes: list[Quote], citations: list[Citation],
-               coverage: float, refusal: Refusal | None = None, sentences=None) -> PostGateResult:
-        conf = compute_confidence(similarities, coverage, th, not_found=pre_not_found, signals=signals)
+               coverage: float, refusal: Refusal | None = None, sentences=None,
+               not_found: bool = pre_not_found) -> PostGateResult:
+        conf = compute_confidence(similarities, coverage, th, not_found=not_found, signals=signals)
         if refusal is not None:
             plain, legal, quotes, citations = "", "", [], []
         return PostGateResult(passed=passed, refusal=refusal, plain_english=plain, legal=legal, quotes=quotes,
@@ -1235,7 +1236,6 @@ def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
     declined = next((g for g in (req.plain, req.legal) if g.not_answered), None)
     if declined is not None:
         shown = sections[:3]
-        pre_not_found = True
         return result(False, "", "", [], [], 0.0, Refusal(
             reason="not_found",
             message=f"The model ({declined.call.model}) read the {len(sections)} closest "
@@ -1244,7 +1244,7 @@ def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
                     f"{declined.not_answered.rstrip()}",
             evidence=[_evidence(s, detail="retrieved, but does not answer the question (the model's reading)")
                       for s in shown],
-        ))
+        ), not_found=True)
 
     # 0. the generator produced nothing (fallback "refuse") ----------------------------------------------
     if req.plain.refused or (not plain_text.strip() and not legal_text.strip()):
