@@ -43,6 +43,23 @@ _SECTION_ALONE = re.compile(
 )
 _PART_ALONE = re.compile(r"\bparts?\s+(?P<part>\d{1,4}[a-z]?)\b(?!\.\d)", re.IGNORECASE)
 _TITLE_ALONE = re.compile(r"\btitle\s+(?P<title>\d{1,2})\b(?!\.\d)", re.IGNORECASE)
+# a section number with no "CFR" or "§" ("what does 1306.04 say"): read only where the caller can check it against
+# the sections held, and never a figure ("10.5 mg", "$12.50", "98.6 degrees", "12.5%", "10.2-11.4")
+_FIGURE_AFTER = (r"%|percent|per\b|°|x\b|mg\b|mcg\b|µg|g\b|kg\b|lbs?\b|pounds?|ounces?|oz\b|grams?|milligrams?|"
+                 r"micrograms?|kilograms?|inch|in\.|feet|ft\b|cm\b|mm\b|meters?|degrees?|ml\b|milliliters?|liters?|"
+                 r"litres?|gallons?|quarts?|pints?|hours?|hrs?\b|days?|weeks?|months?|years?|yrs?\b|minutes?|mins?\b|"
+                 r"seconds?|times|cents?|dollars?|ppm|ppb|iu\b|kcal|calories|million|billion|thousand|acres?|miles?|"
+                 r"units?|servings?|cups?|tablespoons?|teaspoons?|tbsp|tsp")
+_NOT_A_SECTION_BEFORE = re.compile(
+    r"\b(?:versions?|v|ver|release|rev|revision|firmware|ios|android|python|ph|gpa|score|scored|rated|rating|"
+    r"temperature|temp|fever|a1c|bmi|level|levels|reading|weighs?|weighed|phone|tel|call|ip|no|number|#)"
+    r"(?:\s+(?:is|was|of|at|about|around|reads?|came back|=|:)){0,2}\.?\s*$",
+    re.IGNORECASE)
+_BARE_SECTION = re.compile(
+    rf"(?<![\w$€£.,/-])(?P<section>\d{{2,4}}[a-z]?\.\d{{1,4}}[a-z]?)(?P<paragraph>{PARAGRAPH})?"
+    rf"(?![\w.,/-]?\d)(?!\s*-?\s*(?:{_FIGURE_AFTER}))",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,7 @@ class Cite:
     paragraph: str | None = None
     range_end: str | None = None  # "§§ 205.300–205.303": the last section of the range
     span: tuple[int, int] = (0, 0)
+    bare: bool = False  # a section number alone ("1306.04"): a citation only if the corpus holds that section
 
     @property
     def cfr_ref(self) -> str | None:
@@ -70,8 +88,12 @@ def _paragraph(text: str | None) -> str | None:
     return re.sub(r"\s+", "", text) if text else None
 
 
-def find_citations(text: str) -> list[Cite]:
-    """Every CFR citation in ``text``, in order of appearance, without overlaps."""
+def find_citations(text: str, *, bare: bool = False) -> list[Cite]:
+    """Every CFR citation in ``text``, in order of appearance, without overlaps.
+
+    ``bare``: also section numbers standing alone ("what does 1306.04 say"), marked ``bare``; only a caller that
+    keeps those the corpus holds should ask (a number alone may be a figure the unit words did not rule out).
+    """
     found: list[Cite] = []
     taken: list[tuple[int, int]] = []
 
@@ -109,6 +131,13 @@ def find_citations(text: str) -> list[Cite]:
                  (match.group("range_end") or "").lower() or None, match.span()))
     for match in _PART_ALONE.finditer(text):
         add(Cite(match.group(0).strip(), None, match.group("part").lower(), None, None, None, match.span()))
+    if bare:
+        for match in _BARE_SECTION.finditer(text):
+            if _NOT_A_SECTION_BEFORE.search(text, 0, match.start()):
+                continue
+            section = match.group("section").lower()
+            add(Cite(match.group(0).strip(), None, _part_of(section), section, _paragraph(match.group("paragraph")),
+                     None, match.span(), bare=True))
     found.sort(key=lambda c: c.span)
     return found
 

@@ -403,7 +403,7 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
     # a citation without a title belongs to the title of the agency or program the question names: "the FAA's
     # Part 107" is 14 CFR part 107, not the infant formula part 21 CFR 107 that the corpus happens to hold
     named_titles = {p.title for p in scope.programs if p.title}
-    for cite in find_citations(question):
+    for cite in find_citations(question, bare=True):
         if cite.title is None and named_titles and not any((t, cite.part) in catalog.parts for t in named_titles):
             cite = dataclasses.replace(cite, title=min(named_titles))
         ref = CitationRef(raw=cite.raw, title=cite.title, part=cite.part, section=cite.section,
@@ -421,7 +421,7 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
                 for entry in sorted(candidates, key=lambda e: section_sort_key(e.section)):
                     scope.citations.append(ref.model_copy(update={"title": entry.title, "section": entry.section,
                                                                   "part": entry.part, "exists": True}))
-            else:
+            elif not cite.bare:  # a number alone that is no section held here was a figure, not a citation
                 scope.missing_citations.append(ref)
         else:
             titles = [cite.title] if cite.title else sorted(t for (t, p) in catalog.parts if p == cite.part)

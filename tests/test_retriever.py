@@ -56,6 +56,31 @@ def test_scope_resolves_citations_and_reports_missing_ones():
     assert [c.section for c in ranged.citations] == ["205.300", "205.301", "205.303"]
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("what does 1306.04 say", [("1306.04", None, True)]),
+    ("is 133.113(a)(2) the cheddar one?", [("133.113", "(a)(2)", True)]),
+    ("see 21 CFR 1306.04 and 1306.05", [("1306.04", None, False), ("1306.05", None, True)]),
+    # figures, versions, readings, dates and phone numbers are not sections
+    ("I take 12.5 mg twice a day", []), ("it costs $133.50", []), ("costs 133.50 dollars", []),
+    ("12.5% milkfat", []), ("98.6 degrees F", []), ("a range of 10.2-11.4", []), ("version 10.2", []),
+    ("my A1C was about 10.2", []), ("dated 12.25.2025", []), ("call 555.1234", []), ("pH 4.6 or lower", []),
+])
+def test_bare_section_numbers_only_on_request(text, expected):
+    assert [(c.section, c.paragraph, c.bare) for c in find_citations(text, bare=True)] == expected
+    assert all(not c.bare for c in find_citations(text))
+
+
+def test_scope_keeps_a_bare_section_number_only_when_the_corpus_holds_it():
+    catalog = _catalog()
+    scope = scope_question("what does 133.142 say about moisture?", catalog)
+    assert [(c.title, c.section, c.exists) for c in scope.citations] == [(21, "133.142", True)]
+    # a number alone that no held section has is a figure: neither cited nor reported missing
+    figure = scope_question("is 133.50 too much for gouda?", catalog)
+    assert figure.citations == [] and figure.missing_citations == []
+    # written as a citation, the same number is a citation the corpus lacks
+    assert [c.raw for c in scope_question("what does § 133.50 say?", catalog).missing_citations] == ["§ 133.50"]
+
+
 def test_scope_title_hints_and_titles_not_held():
     catalog = _catalog()
     assert 42 in scope_question("When does Medicare Part B start?", catalog).titles
