@@ -1108,12 +1108,17 @@ def _sections_for(entitled: list[Hit], family: Family | None, named: list[Hit]) 
 
 
 def _question_named_first(sections: list[Hit], retrieval: RetrieveResult) -> list[Hit]:
-    """Sections the question cites, then those a specific subject names, ahead of the rest (a sibling family
-    found among the other hits must not push them down)."""
-    cited = {_citation_ref(c) for c in retrieval.scope.citations if c.exists}
+    """The sections a question that cites sections is answered from: those it cites, then the ones their text
+    relies on ("... by the method in § 133.5"), and no other ("Explain 7 CFR 247.2" is not answered from another
+    part's definitions because they read more like the question's words). Otherwise the sections a specific
+    subject names ahead of the rest (a sibling family found among the other hits must not push them down)."""
+    cited = {_citation_ref(c) for c in retrieval.scope.citations if c.exists and c.section}
+    cited_hits = [h for h in sections if h.cfr_ref in cited]
+    if cited_hits:
+        relied = {r.cfr_ref for h in cited_hits for r in find_cfr_refs(h.text, h.title)} - cited
+        return cited_hits + [h for h in sections if h.cfr_ref in relied]
     specific = {r for s in retrieval.scope.subjects if s.specific for r in s.cfr_refs}
-    first = [h for h in sections if h.cfr_ref in cited] + [h for h in sections
-                                                           if h.cfr_ref in specific and h.cfr_ref not in cited]
+    first = [h for h in sections if h.cfr_ref in specific]
     if not first:
         return sections
     refs = {h.cfr_ref for h in first}
