@@ -20,7 +20,7 @@ from services.generator.text import (
     MalformedReply,
 )
 from shared.config import Settings
-from shared.messages import GenerateRequest, Hit
+from shared.messages import GenerateRequest, Hit, ParagraphSpan
 
 try:  # importable as tests.fakes (repo root on sys.path) or as fakes (tests/ on sys.path, pytest's default)
     from tests.fakes import FABRICATED_QUOTE, NOT_ANSWERED, OTHER_SECTION
@@ -262,6 +262,26 @@ async def test_extractive_list_item_keeps_its_lead_in(hits, extractive):
     assert ("21 CFR 133.138", "(d)(1)") in pairs
     assert ("21 CFR 133.138", "(d)") in pairs  # "... shall be declared ..., except that:"
     assert pairs.index(("21 CFR 133.138", "(d)")) < pairs.index(("21 CFR 133.138", "(d)(1)"))
+
+
+CSFP_PURPOSE = (  # 7 CFR 247.2 (a)-(b), eCFR: plain-language rules head their paragraphs with questions
+    "(a) How does CSFP help participants? Through CSFP, the Department provides nutritious USDA Foods to help State "
+    "and local agencies meet the nutritional needs of low-income participants. Participants are offered the "
+    "opportunity to receive nutrition education.\n(b) How many persons may be served in CSFP? State agencies may "
+    "serve eligible persons up to the caseload limit assigned to them by FNS.")
+
+
+async def test_extractive_never_answers_with_a_paragraph_heading_put_as_a_question(extractive):
+    b = CSFP_PURPOSE.index("(b)")
+    hit = Hit(cfr_ref="7 CFR 247.2", title=7, part="247", section="247.2", heading="The purpose and scope of CSFP",
+              text=CSFP_PURPOSE, score=0.1, similarity=0.62, rank=1,
+              paragraphs=[ParagraphSpan(designation="(a)", start=0, end=b - 1),
+                          ParagraphSpan(designation="(b)", start=b, end=len(CSFP_PURPOSE))])
+    gen = Generator(settings(generation_provider="extractive"), extractive=extractive)
+    p = await gen.generate(plain("How many persons may be served in CSFP?", [hit]))
+    assert "?" not in p.text  # the heading repeats the question; it answers nothing
+    assert "State agencies may serve eligible persons up to the caseload limit assigned to them by FNS. " \
+           "[7 CFR 247.2(b)]" in p.text
 
 
 # --------------------------------------------------------------------------------------------

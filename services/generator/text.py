@@ -131,8 +131,11 @@ def strip_designation(sentence: str) -> str:
 
 
 def is_heading_only(sentence: str) -> bool:
-    body = strip_designation(sentence)
-    return len(body.split()) < 4 or (body.endswith(":") and len(body.split()) < 8)
+    """A unit that states nothing: a designation or a few words, a short lead-in, or a paragraph heading put as a
+    question ("(b) How many persons may be served in CSFP?"), which reads like the user's question and answers
+    nothing."""
+    body = strip_designation(sentence).rstrip()
+    return len(body.split()) < 4 or (body.endswith(":") and len(body.split()) < 8) or body.endswith("?")
 
 
 # --------------------------------------------------------------------------------------------
