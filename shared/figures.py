@@ -7,6 +7,9 @@ Two jobs:
   "March 18, 1983" == "1983-03-18". CFR citations ("21 CFR 133.150", "§ 133.5(a)", "part 133",
   "parts 101 and 130"), Federal Register / U.S.C. citations ("48 FR 2744", "21 U.S.C. 343") and
   paragraph designations ("(a)(1)", "paragraph (b)(2)") are not figures and are masked first.
+- ``asks_for_figure(question)`` / ``asks_for_duration(question)``: whether a question asks for a quantity, or
+  for a length of time ("how long", "how soon", "within how many days"): the scorer's figure gates and the
+  extractive answerer's preference for sentences that state one.
 - ``find_cfr_refs(text)``: the CFR references a text makes ("21 CFR 133.142", "§ 133.5", "§§ 101.9 and
   101.36", "21 CFR part 133"), for citation coverage and stripping.
 """
@@ -426,3 +429,35 @@ def latest_date(text: str | None) -> str | None:
             iso = f"{v // 10000:04d}-{max((v // 100) % 100, 1):02d}-{max(v % 100, 1):02d}"
             best = iso if best is None or iso > best else best
     return best
+
+
+# --------------------------------------------------------------------------------------------
+# what a question asks for
+# --------------------------------------------------------------------------------------------
+_ASKS_FOR_FIGURE = re.compile(
+    r"\b(?:how\s+(?:much|many|long|often|hot|cold|large|big|small|high|low|old|soon|far)|minimum|maximum|min|max|"
+    r"at\s+least|at\s+most|no\s+more\s+than|not\s+(?:less|more)\s+than|limits?|thresholds?|percent(?:age)?s?|"
+    r"temperatures?|degrees?|days?|hours?|minutes?|seconds?|weeks?|months?|years?|amounts?|levels?|contents?|"
+    r"sizes?|weights?|volumes?|rates?|doses?|dosages?|concentrations?|ppm|mg|milligrams?|grams?|calories|"
+    r"deadlines?|periods?|fees?|costs?|prices?|tolerances?|proportions?|ratios?|quantity|quantities|dollars?|"
+    r"premiums?|allotments?|allowances?|deductibles?|poverty (?:guidelines?|levels?|lines?)|co-?pays?|co-?payments?|"
+    r"coinsurance|"
+    r"what\s+(?:percent|temperature|level|amount)|what\s+(?:does|do|will|would)\s+(?:\w+\s+){1,4}pay)\b|%|\$",
+    re.I,
+)
+_ASKS_FOR_DURATION = re.compile(
+    r"\bhow (?:long|soon|quickly|fast|often|many (?:days|weeks|months|years|hours|minutes))\b|\bdeadline\b|"
+    r"\bwithin how\b|\bhow much time\b|\bwhat (?:is|'s) the (?:time limit|waiting period)\b",
+    re.I,
+)
+DURATION_UNITS = frozenset({"days", "weeks", "months", "years", "hours", "minutes", "seconds"})
+
+
+def asks_for_figure(question: str) -> bool:
+    """Whether the question asks for a quantity (divergent/conflicting figures only matter then)."""
+    return bool(_ASKS_FOR_FIGURE.search(question))
+
+
+def asks_for_duration(question: str) -> bool:
+    """Whether the question asks for a length of time: "how long", "how soon", "what's the deadline"."""
+    return bool(_ASKS_FOR_DURATION.search(question))

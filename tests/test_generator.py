@@ -284,6 +284,31 @@ async def test_extractive_never_answers_with_a_paragraph_heading_put_as_a_questi
            "[7 CFR 247.2(b)]" in p.text
 
 
+DETENTION_PERIOD = (  # 21 CFR 1.379 (How long may FDA detain an article of food?), CFR 2024
+    "(a) FDA may detain an article of food for a reasonable period that may not exceed 20 calendar days after the "
+    "detention order is issued. However, an article may be detained for 10 additional calendar days if a greater "
+    "period of time is required to institute a seizure or injunction action. The authorized FDA representative may "
+    "approve the additional 10-calendar day detention period at the time the detention order is issued, or at any "
+    "time within the 20-calendar day period by amending the detention order.\n(b) The entire detention period may "
+    "not exceed 30 calendar days.\n(c) An authorized FDA representative may, in accordance with § 1.384, terminate "
+    "a detention order before the expiration of the detention period.")
+
+
+async def test_extractive_answers_how_long_with_the_sentences_that_state_the_periods(extractive):
+    b, c = DETENTION_PERIOD.index("(b)"), DETENTION_PERIOD.index("(c)")
+    hit = Hit(cfr_ref="21 CFR 1.379", title=21, part="1", section="1.379",
+              heading="How long may FDA detain an article of food?", text=DETENTION_PERIOD, score=0.1,
+              similarity=0.66, rank=1,
+              paragraphs=[ParagraphSpan(designation="(a)", start=0, end=b - 1),
+                          ParagraphSpan(designation="(b)", start=b, end=c - 1),
+                          ParagraphSpan(designation="(c)", start=c, end=len(DETENTION_PERIOD))])
+    gen = Generator(settings(generation_provider="extractive"), extractive=extractive)
+    p = await gen.generate(plain("How long can FDA hold our imported food shipment once it's put under an "
+                                 "administrative detention order?", [hit]))
+    assert "may not exceed 20 calendar days after the detention order is issued. [21 CFR 1.379(a)]" in p.text
+    assert "The entire detention period may not exceed 30 calendar days. [21 CFR 1.379(b)]" in p.text
+
+
 # --------------------------------------------------------------------------------------------
 # anthropic
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from shared.messages import (
     Scope,
 )
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence, retrieval_score
-from services.scorer.figures import extract_figures, find_cfr_refs, normalise_text
+from shared.figures import extract_figures, find_cfr_refs, normalise_text
 from services.scorer.gates import pre_gate, verify_quote
 from services.scorer.service import Scorer
 from services.scorer.support import split_sentences
@@ -163,6 +163,16 @@ def test_proceed_when_the_question_names_gouda():
                 "similarity_margin", "score_margin", "cited_exists"):
         assert key in res.signals
     assert res.signals["subject_match"] == 1.0
+
+
+def test_a_section_the_named_sibling_relies_on_is_handed_on_once():
+    # gouda's standard refers to § 133.5 (methods), which is no cheese standard: relied on and outside the family
+    hits = [make_hit("21 CFR 133.142", 0.71, 1), make_hit("21 CFR 133.113", 0.69, 2), make_hit("21 CFR 133.138", 0.68, 3),
+            make_hit("21 CFR 133.5", 0.55, 4), make_hit("21 CFR 101.9", 0.5, 5)]
+    res = pre_gate("What is the minimum milkfat content of gouda cheese?", retrieval_of(*hits))
+    refs = [s.cfr_ref for s in res.sections]
+    assert res.proceed and refs[0] == "21 CFR 133.142"
+    assert refs.count("21 CFR 133.5") == 1 and len(refs) == len(set(refs))
 
 
 def test_proceed_when_the_name_is_only_in_the_heading_words():

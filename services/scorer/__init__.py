@@ -2,7 +2,7 @@
 
 - ``services.scorer.gates``: ``pre_gate`` / ``post_gate`` (pure functions)
 - ``services.scorer.confidence``: ``ScorerThresholds`` (every threshold and weight) and ``compute_confidence``
-- ``services.scorer.figures``: figure and CFR-reference extraction
+- ``shared.figures`` (shared with the generator): figure and CFR-reference extraction, what a question asks for
 - ``services.scorer.support``: lexical tools and claim support
 - ``services.scorer.service``: ``Scorer(settings)`` with ``async pre`` / ``async post``
 """

@@ -47,7 +47,8 @@ from shared.programs import states_named, states_ruling
 from shared.scoping import cfr_wording, substance_words
 
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence
-from services.scorer.figures import (
+from shared.figures import (
+    asks_for_figure,
     Figure,
     extract_figures,
     find_cfr_refs,
@@ -352,19 +353,6 @@ def analyse_question(question: str) -> QuestionTerms:
     return QuestionTerms(stems, key, anchors, tokens(question))
 
 
-_ASKS_FOR_FIGURE = re.compile(
-    r"\b(?:how\s+(?:much|many|long|often|hot|cold|large|big|small|high|low|old|soon|far)|minimum|maximum|min|max|"
-    r"at\s+least|at\s+most|no\s+more\s+than|not\s+(?:less|more)\s+than|limits?|thresholds?|percent(?:age)?s?|"
-    r"temperatures?|degrees?|days?|hours?|minutes?|seconds?|weeks?|months?|years?|amounts?|levels?|contents?|"
-    r"sizes?|weights?|volumes?|rates?|doses?|dosages?|concentrations?|ppm|mg|milligrams?|grams?|calories|"
-    r"deadlines?|periods?|fees?|costs?|prices?|tolerances?|proportions?|ratios?|quantity|quantities|dollars?|"
-    r"premiums?|allotments?|allowances?|deductibles?|poverty (?:guidelines?|levels?|lines?)|co-?pays?|co-?payments?|"
-    r"coinsurance|"
-    r"what\s+(?:percent|temperature|level|amount)|what\s+(?:does|do|will|would)\s+(?:\w+\s+){1,4}pay)\b|%|\$",
-    re.I,
-)
-
-
 _ASKS_FOR_DOLLARS = re.compile(
     r"\b(?:what|which)\s+(?:dollar|\$)|\bdollar\s+(?:[a-z-]+\s+){0,2}(?:amounts?|figures?|thresholds?|limits?|values?|"
     r"caps?)\b|"
@@ -375,7 +363,7 @@ _STATES_DOLLARS = re.compile(r"\$\s?\d|\bdollars?\b", re.I)
 
 
 # a measure the question asks for by its unit ("how many calories", "in parts per billion"), and the
-# canonical units (services.scorer.figures) a section's figure must have to give it
+# canonical units (shared.figures) a section's figure must have to give it
 _MEASURES: dict[str, frozenset[str]] = {
     "calories": frozenset({"calories"}),
     "weight": frozenset({"mg", "mcg", "g", "kg", "pounds", "ounces"}),
@@ -429,11 +417,6 @@ def asked_to_join(question: str, said: str) -> bool:
     ("am I eligible for WIC", "can I sign up for Medigap"), not the asker's situation ("I'm on Medicaid")."""
     at = question.lower().find(said.lower())
     return at >= 0 and bool(_JOINING.search(question[max(0, at - 60):at]))
-
-
-def asks_for_figure(question: str) -> bool:
-    """Whether the question asks for a quantity (divergent/conflicting figures only matter then)."""
-    return bool(_ASKS_FOR_FIGURE.search(question))
 
 
 _TEMPORAL_BEFORE = re.compile(
@@ -1104,7 +1087,7 @@ def _sections_for(entitled: list[Hit], family: Family | None, named: list[Hit]) 
     named_refs = {m.cfr_ref for m in named}
     relied = {r.cfr_ref for m in named for r in find_cfr_refs(m.text, m.title)}
     return (named + [h for h in entitled if h.cfr_ref in relied and h.cfr_ref not in named_refs]
-            + [h for h in entitled if h.cfr_ref not in member_refs])
+            + [h for h in entitled if h.cfr_ref not in member_refs and h.cfr_ref not in relied])
 
 
 def _question_named_first(sections: list[Hit], retrieval: RetrieveResult) -> list[Hit]:

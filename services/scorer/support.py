@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from services.scorer.figures import find_cfr_refs, normalise_text
+from shared.figures import find_cfr_refs, normalise_text
 
 # --------------------------------------------------------------------------------------------
 # words
