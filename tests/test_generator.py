@@ -309,6 +309,21 @@ async def test_extractive_answers_how_long_with_the_sentences_that_state_the_per
     assert "The entire detention period may not exceed 30 calendar days. [21 CFR 1.379(b)]" in p.text
 
 
+async def test_extractive_answers_from_the_paragraph_the_question_cites(extractive):
+    b, c = DETENTION_PERIOD.index("(b)"), DETENTION_PERIOD.index("(c)")
+    hit = Hit(cfr_ref="21 CFR 1.379", title=21, part="1", section="1.379",
+              heading="How long may FDA detain an article of food?", text=DETENTION_PERIOD, score=0.1,
+              similarity=0.66, rank=1,
+              paragraphs=[ParagraphSpan(designation="(a)", start=0, end=b - 1),
+                          ParagraphSpan(designation="(b)", start=b, end=c - 1),
+                          ParagraphSpan(designation="(c)", start=c, end=len(DETENTION_PERIOD))])
+    gen = Generator(settings(generation_provider="extractive"), extractive=extractive)
+    for question in ("What does 21 CFR 1.379(c) say?", "what does § 1.379(c) say about ending a detention early"):
+        p = await gen.generate(plain(question, [hit]))
+        first = p.text.split(": ", 1)[1]
+        assert first.startswith("An authorized FDA representative may, in accordance with § 1.384, terminate"), question
+
+
 # --------------------------------------------------------------------------------------------
 # anthropic
 # --------------------------------------------------------------------------------------------

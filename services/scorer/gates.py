@@ -1091,15 +1091,14 @@ def _sections_for(entitled: list[Hit], family: Family | None, named: list[Hit]) 
 
 
 def _question_named_first(sections: list[Hit], retrieval: RetrieveResult) -> list[Hit]:
-    """The sections a question that cites sections is answered from: those it cites, then the ones their text
-    relies on ("... by the method in § 133.5"), and no other ("Explain 7 CFR 247.2" is not answered from another
-    part's definitions because they read more like the question's words). Otherwise the sections a specific
-    subject names ahead of the rest (a sibling family found among the other hits must not push them down)."""
+    """The sections a question that cites sections is answered from: those it cites and no other ("Explain 7 CFR
+    247.2" is not answered from another part's definitions because they read more like the question's words, nor
+    "§ 406.21(c)" from the § 406.27 its text refers to). Otherwise the sections a specific subject names ahead of
+    the rest (a sibling family found among the other hits must not push them down)."""
     cited = {_citation_ref(c) for c in retrieval.scope.citations if c.exists and c.section}
     cited_hits = [h for h in sections if h.cfr_ref in cited]
     if cited_hits:
-        relied = {r.cfr_ref for h in cited_hits for r in find_cfr_refs(h.text, h.title)} - cited
-        return cited_hits + [h for h in sections if h.cfr_ref in relied]
+        return cited_hits
     specific = {r for s in retrieval.scope.subjects if s.specific for r in s.cfr_refs}
     first = [h for h in sections if h.cfr_ref in specific]
     if not first:

@@ -12,6 +12,7 @@ Sentence score = 0.50 * cosine(question, heading + sentence) with the local Mini
                  (idf-weighted over the candidates, numbers count double, heading matches count half)
                + 0.15 * section prior (retrieval rank, and how much of the question the heading names)
                  plus a small earlier-in-section prior
+               + 0.15 inside the paragraph the question cites ("§ 1306.22(b)"),
                + 0.06 when the question asks for a quantity and the sentence states a figure, and 0.06 more
                  when it asks how long and the figure is a length of time (a figure question is answered by the
                  sentence with the figure, not by the one that repeats its words; measured on the 17 question
@@ -37,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from shared.citations import find_citations
 from shared.config import Settings
 from shared.figures import DURATION_UNITS, asks_for_duration, asks_for_figure, extract_figures
 from shared.messages import GenerateRequest, Hit, Quote
@@ -68,6 +70,7 @@ MIN_SENTENCES, MAX_SENTENCES = 2, 4
 W_COSINE, W_LEXICAL, W_PRIOR = 0.50, 0.35, 0.15
 FIGURE_BONUS = 0.06  # a sentence stating a figure, for a question that asks for one
 DURATION_BONUS = 0.06  # ... and a length of time, for a question that asks how long
+PINPOINT_BONUS = 0.15  # a sentence inside the paragraph the question cites ("what does § 1306.22(b) say")
 KEEP_RATIO = 0.86  # a further sentence must score at least this share of the best one
 OTHER_SECTION_RATIO = 0.92  # ... and this share when it comes from another section than the best one
 FILL_RATIO = 0.75  # the second sentence (minimum of two) needs at least this share
@@ -210,6 +213,8 @@ class ExtractiveProvider:
         vectors = self._embed([question.strip()] + embed_texts)
         figure_question = asks_for_figure(question)
         duration_question = asks_for_duration(question)
+        # numbers alone count too ("what does 1306.22(b) say"): only a section handed on here can match them
+        pinpoints = {(c.section, c.paragraph) for c in find_citations(question, bare=True) if c.section and c.paragraph}
         scored: list[Scored] = []
         for k, i in enumerate(keep):
             unit, hit, body, body_start = cands[i]
@@ -222,6 +227,10 @@ class ExtractiveProvider:
                 score = W_COSINE * cos + W_LEXICAL * lex[i] + W_PRIOR * prior
             else:
                 score = (W_LEXICAL * lex[i] + W_PRIOR * prior) / (W_LEXICAL + W_PRIOR)
+            if pinpoints:
+                paragraph = paragraph_at(hit, body_start) or ""
+                if any(hit.section == section and paragraph.startswith(cited) for section, cited in pinpoints):
+                    score += PINPOINT_BONUS
             figures = extract_figures(body)
             if figure_question and figures:
                 score += FIGURE_BONUS
