@@ -13,10 +13,12 @@ from services.generator.providers.extractive import ExtractiveProvider
 from services.generator.service import Generator
 from services.generator.text import (
     build_citations,
+    is_paragraph_heading,
     paragraph_at,
     parse_json_reply,
     refs_in_text,
     split_units,
+    strip_designation,
     MalformedReply,
 )
 from shared.config import Settings
@@ -322,6 +324,21 @@ async def test_extractive_answers_from_the_paragraph_the_question_cites(extracti
         p = await gen.generate(plain(question, [hit]))
         first = p.text.split(": ", 1)[1]
         assert first.startswith("An authorized FDA representative may, in accordance with § 1.384, terminate"), question
+
+
+def test_a_paragraphs_own_heading_is_no_answer_sentence_but_a_short_list_item_is():
+    text = ("(4) Effect on previously accrued late enrollment penalties. Individuals who enrolled during the PHE are "
+            "eligible to have late enrollment penalties reimbursed.\n(5) Cover sheet (Form FDA-1571). A cover sheet "
+            "for the application.\n(ii) Benzoyl peroxide, 2.5 to 10 percent.\n(iii) Sulfur and resorcinol.")
+    starts = [text.index(d) for d in ("(4)", "(5)", "(ii)", "(iii)")] + [len(text) + 1]
+    hit = Hit(cfr_ref="42 CFR 407.23", title=42, part="407", section="407.23", heading="Special enrollment periods",
+              text=text, score=0.1, similarity=0.6, rank=1,
+              paragraphs=[ParagraphSpan(designation=d, start=a, end=b - 1)
+                          for d, a, b in zip(("(4)", "(5)", "(ii)", "(iii)"), starts, starts[1:])])
+    headings = {strip_designation(u.text) for u in split_units(hit, 0)
+                if is_paragraph_heading(hit, u, strip_designation(u.text))}
+    # the heading of (4) is dropped; (5)'s names a number; (ii) and (iii) are whole list items
+    assert headings == {"Effect on previously accrued late enrollment penalties."}
 
 
 # --------------------------------------------------------------------------------------------

@@ -138,6 +138,26 @@ def is_heading_only(sentence: str) -> bool:
     return len(body.split()) < 4 or (body.endswith(":") and len(body.split()) < 8) or body.endswith("?")
 
 
+_STATES_SOMETHING = re.compile(
+    r"\b(?:is|are|was|were|be|been|being|must|shall|may|will|can|could|should|would|means?|has|have|had|does|do|"
+    r"did|includes?|contains?|applies|apply|consists?|needs?|requires?|provides?|sets?|lists?)\b",
+    re.I,
+)
+
+
+def is_paragraph_heading(hit: Hit, unit: Unit, body: str) -> bool:
+    """A paragraph's own heading ("(4) Effect on previously accrued late enrollment penalties. Individuals who
+    …"): a few words with no verb, and the paragraph goes on after them. A list item of the same shape ("(ii)
+    Benzoyl peroxide, 2.5 to 10 percent.") is its whole paragraph and stays an answer, and so does a heading that
+    names a number ("(1) Cover sheet (Form FDA-1571).")."""
+    if (len(body.split()) > 10 or not body.rstrip().endswith(".") or _STATES_SOMETHING.search(body)
+            or any(ch.isdigit() for ch in body)):
+        return False
+    designation = paragraph_at(hit, unit.start)
+    span = paragraph_span(hit, designation) if designation else None
+    return span is not None and bool(hit.text[unit.end:span[1]].strip())
+
+
 # --------------------------------------------------------------------------------------------
 # lexical features
 # --------------------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ Picked: the best sentence, then up to 3 more scoring >= 86 % of it (another sect
 not redundant with those already picked (near-identical in meaning or words, and stating no figure the other
 does not); a second one (same section first, then a section the first one
 refers to) when it is close enough (75 %, 60 % for the referenced section): a weak filler is worse than none;
-a list item brings its lead-in ("... except that:") and a lead-in its two best items. Sections in order of
+a list item brings its lead-in ("... except that:") and a lead-in its two best items. A paragraph's own heading
+("(4) Effect on previously accrued late enrollment penalties. Individuals …") and a heading put as a question are
+never candidates. Sections in order of
 their best sentence.
 Without an embedder (load failure) the cosine term is dropped and the rest still decides.
 """
@@ -46,6 +48,7 @@ from shared.messages import GenerateRequest, Hit, Quote
 from ..text import (
     Unit,
     is_heading_only,
+    is_paragraph_heading,
     is_number,
     paragraph_at,
     pinpoint,
@@ -170,6 +173,8 @@ class ExtractiveProvider:
                 offset = u.text.rfind(body) if body else -1
                 if not body or offset < 0:
                     body, offset = u.text, 0
+                if not u.is_table_row and is_paragraph_heading(hit, u, body):
+                    continue
                 out.append((u, hit, body, u.start + offset))
         return out
 
