@@ -371,6 +371,15 @@ _REF_LIST_TAIL = re.compile(
 )
 
 
+def _list_tail(text: str, end: int, title: int, refs: list[CfrRef]) -> int:
+    """Appends the sections a reference's list goes on to ("21 CFR 101.9 and 101.36"); returns where it ends."""
+    while t := _REF_LIST_TAIL.match(text, end):
+        sec = t.group("sec")
+        refs.append(CfrRef(title, sec.split(".")[0], sec, t.group(0), t.start("sec"), t.end()))
+        end = t.end()
+    return end
+
+
 def find_cfr_refs(text: str, default_title: int = 21) -> list[CfrRef]:
     """CFR references in ``text``, in order; a bare "§ 133.5" takes ``default_title``."""
     refs: list[CfrRef] = []
@@ -380,15 +389,7 @@ def find_cfr_refs(text: str, default_title: int = 21) -> list[CfrRef]:
         if m.group("sec"):
             sec = m.group("sec")
             refs.append(CfrRef(title, sec.split(".")[0], sec, m.group(0), m.start(), m.end()))
-            end = m.end()
-            while True:  # "21 CFR 101.9 and 101.36"
-                t = _REF_LIST_TAIL.match(text, end)
-                if not t:
-                    break
-                s = t.group("sec")
-                refs.append(CfrRef(title, s.split(".")[0], s, t.group(0), t.start("sec"), t.end()))
-                end = t.end()
-            spans.append((m.start(), end))
+            spans.append((m.start(), _list_tail(text, m.end(), title, refs)))
         else:
             refs.append(CfrRef(title, m.group("part"), None, m.group(0), m.start(), m.end()))
             spans.append((m.start(), m.end()))
@@ -397,15 +398,7 @@ def find_cfr_refs(text: str, default_title: int = 21) -> list[CfrRef]:
             continue
         sec = m.group("sec")
         refs.append(CfrRef(default_title, sec.split(".")[0], sec, m.group(0), m.start(), m.end()))
-        end = m.end()
-        while True:
-            t = _REF_LIST_TAIL.match(text, end)
-            if not t:
-                break
-            s = t.group("sec")
-            refs.append(CfrRef(default_title, s.split(".")[0], s, t.group(0), t.start("sec"), t.end()))
-            end = t.end()
-        spans.append((m.start(), end))
+        spans.append((m.start(), _list_tail(text, m.end(), default_title, refs)))
     refs.sort(key=lambda r: r.start)
     return refs
 

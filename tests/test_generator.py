@@ -296,14 +296,18 @@ DETENTION_PERIOD = (  # 21 CFR 1.379 (How long may FDA detain an article of food
     "a detention order before the expiration of the detention period.")
 
 
-async def test_extractive_answers_how_long_with_the_sentences_that_state_the_periods(extractive):
+def detention_hit() -> Hit:
     b, c = DETENTION_PERIOD.index("(b)"), DETENTION_PERIOD.index("(c)")
-    hit = Hit(cfr_ref="21 CFR 1.379", title=21, part="1", section="1.379",
-              heading="How long may FDA detain an article of food?", text=DETENTION_PERIOD, score=0.1,
-              similarity=0.66, rank=1,
-              paragraphs=[ParagraphSpan(designation="(a)", start=0, end=b - 1),
-                          ParagraphSpan(designation="(b)", start=b, end=c - 1),
-                          ParagraphSpan(designation="(c)", start=c, end=len(DETENTION_PERIOD))])
+    return Hit(cfr_ref="21 CFR 1.379", title=21, part="1", section="1.379",
+               heading="How long may FDA detain an article of food?", text=DETENTION_PERIOD, score=0.1,
+               similarity=0.66, rank=1,
+               paragraphs=[ParagraphSpan(designation="(a)", start=0, end=b - 1),
+                           ParagraphSpan(designation="(b)", start=b, end=c - 1),
+                           ParagraphSpan(designation="(c)", start=c, end=len(DETENTION_PERIOD))])
+
+
+async def test_extractive_answers_how_long_with_the_sentences_that_state_the_periods(extractive):
+    hit = detention_hit()
     gen = Generator(settings(generation_provider="extractive"), extractive=extractive)
     p = await gen.generate(plain("How long can FDA hold our imported food shipment once it's put under an "
                                  "administrative detention order?", [hit]))
@@ -312,13 +316,7 @@ async def test_extractive_answers_how_long_with_the_sentences_that_state_the_per
 
 
 async def test_extractive_answers_from_the_paragraph_the_question_cites(extractive):
-    b, c = DETENTION_PERIOD.index("(b)"), DETENTION_PERIOD.index("(c)")
-    hit = Hit(cfr_ref="21 CFR 1.379", title=21, part="1", section="1.379",
-              heading="How long may FDA detain an article of food?", text=DETENTION_PERIOD, score=0.1,
-              similarity=0.66, rank=1,
-              paragraphs=[ParagraphSpan(designation="(a)", start=0, end=b - 1),
-                          ParagraphSpan(designation="(b)", start=b, end=c - 1),
-                          ParagraphSpan(designation="(c)", start=c, end=len(DETENTION_PERIOD))])
+    hit = detention_hit()
     gen = Generator(settings(generation_provider="extractive"), extractive=extractive)
     for question in ("What does 21 CFR 1.379(c) say?", "what does § 1.379(c) say about ending a detention early"):
         p = await gen.generate(plain(question, [hit]))

@@ -23,22 +23,22 @@ _LEADING = re.compile(
 _LEADING_HEADING = re.compile(r"^[A-Z][A-Za-z ,/'’-]{0,60}\.\s+")
 
 
-def paragraph_at(hit: Hit, offset: int) -> str | None:
-    """Designation path of the most specific paragraph of ``hit`` containing ``offset`` (None if none)."""
-    best: tuple[int, int, str] | None = None
+def _paragraph_containing(hit: Hit, offset: int):
+    """The most specific paragraph span of ``hit`` containing ``offset`` (None if none)."""
+    best = None
+    best_key: tuple[int, int, str] | None = None
     for span in hit.paragraphs:
         if span.start <= offset < max(span.end, span.start + 1):
             key = (len(_DESIGNATION.findall(span.designation)), -(span.end - span.start), span.designation)
-            if best is None or key > best:
-                best = key
-    return best[2] if best else None
+            if best_key is None or key > best_key:
+                best, best_key = span, key
+    return best
 
 
-def paragraph_span(hit: Hit, designation: str) -> tuple[int, int] | None:
-    for span in hit.paragraphs:
-        if span.designation == designation:
-            return span.start, span.end
-    return None
+def paragraph_at(hit: Hit, offset: int) -> str | None:
+    """Designation path of the most specific paragraph of ``hit`` containing ``offset`` (None if none)."""
+    span = _paragraph_containing(hit, offset)
+    return span.designation if span else None
 
 
 def known_designation(hit: Hit, designation: str | None) -> str | None:
@@ -153,9 +153,8 @@ def is_paragraph_heading(hit: Hit, unit: Unit, body: str) -> bool:
     if (len(body.split()) > 10 or not body.rstrip().endswith(".") or _STATES_SOMETHING.search(body)
             or any(ch.isdigit() for ch in body)):
         return False
-    designation = paragraph_at(hit, unit.start)
-    span = paragraph_span(hit, designation) if designation else None
-    return span is not None and bool(hit.text[unit.end:span[1]].strip())
+    span = _paragraph_containing(hit, unit.start)
+    return span is not None and bool(hit.text[unit.end:span.end].strip())
 
 
 # --------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from shared.scoping import cfr_wording, substance_words
 
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence
 from shared.figures import (
+    DURATION_UNITS,
     asks_for_figure,
     Figure,
     extract_figures,
@@ -371,7 +372,7 @@ _MEASURES: dict[str, frozenset[str]] = {
     "concentration": frozenset({"ppm", "ppb"}),
     "temperature": frozenset({"°F", "°C", "degrees"}),
     "length": frozenset({"inches", "feet", "mm", "cm", "meters"}),
-    "time": frozenset({"days", "weeks", "months", "years", "hours", "minutes", "seconds"}),
+    "time": DURATION_UNITS,
 }
 _MEASURE_WORDS = [
     ("calories", r"calories|kcals?|kilocalories"),

@@ -36,6 +36,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -93,7 +94,11 @@ class Scored:
     lexical: float
     terms: frozenset[str]
     vector: np.ndarray | None
-    figures: frozenset[str] = frozenset()  # the figures it states ("20 days"), normalised
+
+    @cached_property
+    def figures(self) -> frozenset[str]:
+        """The figures it states ("20 days"), normalised."""
+        return frozenset(f.key for f in extract_figures(self.body))
 
 
 class ExtractiveProvider:
@@ -236,14 +241,15 @@ class ExtractiveProvider:
                 paragraph = paragraph_at(hit, body_start) or ""
                 if any(hit.section == section and paragraph.startswith(cited) for section, cited in pinpoints):
                     score += PINPOINT_BONUS
-            figures = extract_figures(body)
-            if figure_question and figures:
-                score += FIGURE_BONUS
-            if duration_question and any(f.unit in DURATION_UNITS for f in figures):
-                score += DURATION_BONUS
+            if figure_question or duration_question:
+                figures = extract_figures(body)
+                if figure_question and figures:
+                    score += FIGURE_BONUS
+                if duration_question and any(f.unit in DURATION_UNITS for f in figures):
+                    score += DURATION_BONUS
             scored.append(
                 Scored(unit, hit, body, body_start, round(score, 5), cos, lex[i], unit_terms[i],
-                       vectors[k + 1] if vectors is not None else None, frozenset(f.key for f in figures))
+                       vectors[k + 1] if vectors is not None else None)
             )
         ranked = sorted(scored, key=lambda s: (-s.score, s.unit.hit_index, s.unit.position))
         return self._pick(ranked)
