@@ -93,6 +93,14 @@ class Settings(BaseSettings):
         0.50, description="Relevance (top-1 cosine adjusted by term coverage and full-text agreement) below "
                           "which nothing relevant was retrieved: refuse as not_found."
     )
+    answer_reader: bool = Field(
+        True, description="Refuse as not_found when no passage of the sections handed to generation reads as an "
+                          "answer to the question (the scorer's answer reader, a local cross-encoder)."
+    )
+    reader_min_probability: float = Field(
+        0.35, ge=0.0, le=1.0, description="Answer reader: the best passage's probability below which the question "
+                                          "is refused as not_found."
+    )
 
     # --- bus -----------------------------------------------------------------------------------
     stream_maxlen: int = Field(10000, description="Approximate MAXLEN of every stream.")

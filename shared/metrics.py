@@ -31,6 +31,12 @@ CONFIDENCE_TIER = Counter("regs_confidence_tier_total", "Answers by confidence t
 CONFIDENCE_ROLLING = Gauge("regs_confidence_rolling_mean", "Mean confidence of the last 100 answers")
 RATE_LIMITED = Counter("regs_rate_limited_total", "Requests refused with 429")
 
+# --- scorer ---------------------------------------------------------------------------------
+ANSWER_READER_PROBABILITY = Histogram(
+    "regs_answer_reader_probability", "Best passage's probability of stating an answer, per question the answer reader read",
+    buckets=(0.05, 0.1, 0.2, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+)  # the share below REGS_READER_MIN_PROBABILITY is the share it refused
+
 # --- ingest ---------------------------------------------------------------------------------
 INGEST_RUNS = Counter("regs_ingest_runs_total", "Ingest runs by outcome", ["outcome"])
 INGEST_SECTIONS = Counter("regs_ingest_sections_total", "Sections per ingest outcome", ["change"])

@@ -34,6 +34,7 @@ from typing import Iterable, Sequence
 
 from shared.messages import Confidence
 
+from services.scorer.reader import PASSAGES_PER_SECTION
 from services.scorer.support import SupportThresholds
 
 
@@ -86,6 +87,14 @@ class ScorerThresholds:
     # --- stale -----------------------------------------------------------------------------------------
     stale_similarity_margin: float = 0.08  # superseded match this much better than the best active hit
 
+    # --- answer reader (services/scorer/reader.py) ------------------------------------------------------------
+    # not_found when no passage of the first reader_top_n handed sections reads as an answer with at least this
+    # probability. Chosen on three held-out sets the reader was not trained on (eval/README.md, "Session 8"):
+    # 0.35 refused 11 of their 30 not_found questions the rules let through, and none of their 123 answerable ones.
+    reader_min_probability: float = 0.35
+    reader_top_n: int = 3
+    reader_passages_per_section: int = PASSAGES_PER_SECTION
+
     # --- post-gate -------------------------------------------------------------------------------------
     allow_question_figures: bool = True  # a figure the question itself states may be repeated
     support: SupportThresholds = field(default_factory=SupportThresholds)
@@ -96,6 +105,7 @@ class ScorerThresholds:
         "tier_high": "tier_high",
         "tier_medium": "tier_medium",
         "not_found_min_similarity": "not_found_min_similarity",
+        "reader_min_probability": "reader_min_probability",
     }
 
     @classmethod

@@ -30,6 +30,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from shared.messages import (
     Citation,
@@ -75,6 +76,9 @@ from services.scorer.support import (
     term_coverage,
     tokens,
 )
+
+if TYPE_CHECKING:
+    from services.scorer.reader import AnswerReader
 
 # heading words that never make a family of sibling sections
 _GENERIC_HEADING = frozenset(
@@ -708,7 +712,13 @@ def _active_since(hit: Hit, superseded: list[Hit]) -> str | None:
 
 
 def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | None = None, *,
-             corpus_titles: list[int] | None = None, corpus_stats: CorpusStats | None = None) -> PreGateResult:
+             corpus_titles: list[int] | None = None, corpus_stats: CorpusStats | None = None,
+             reader: "AnswerReader | None" = None) -> PreGateResult:
+    """Refuse before generation with a named reason, or proceed with the sections generation may use.
+
+    ``reader`` (the answer reader, ``services.scorer.reader``) adds the last check: that some passage of those
+    sections reads as an answer to the question. Without it the gate is the lexical and similarity rules alone.
+    """
     th = th or ScorerThresholds()
     scope = retrieval.scope
     hits = [h for h in retrieval.hits if h.status == "active"]
@@ -958,6 +968,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     unentitled = [h for h in hits if why[h.cfr_ref] is not None]
     signals["entitled_hits"] = float(len(entitled))
     cited_hits = [h for h in hits if any(c.exists and _citation_ref(c) == h.cfr_ref for c in scope.citations)]
+    signals["cited_hits"] = float(len(cited_hits))
     cited_all_unentitled = bool(cited_hits) and all(why[h.cfr_ref] for h in cited_hits)
     below = not entitled or cited_all_unentitled
     if not below and unentitled and not signals["cited_exists"]:
@@ -1074,6 +1085,28 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
                          _evidence(b, [kb], detail=f"{b.heading}: {kb}")],
                         signals,
                     )
+
+    # 10. no passage reads as an answer -----------------------------------------------------------------
+    # the questions every rule above lets through are about a held subject and ask what no section states ("a
+    # federal caffeine limit for energy drinks" finds caffeine in cola-type beverages); a section the question
+    # cites is what the asker wants read, whatever it says
+    if reader is not None and sections and not cited_hits:
+        read = sections[: th.reader_top_n]
+        reading = reader.read(question, read, th.reader_passages_per_section)
+        signals["answer_probability"] = reading.probability
+        if reading.probability < th.reader_min_probability:
+            refs = _join([h.cfr_ref for h in read])
+            closest = next(h for h in read if h.cfr_ref == reading.cfr_ref)
+            return _refuse(
+                "not_found",
+                f"The best-matching sections ({refs}) touch on the question's subject, but none of them states an "
+                f"answer to {_short_question(question)}, so no regulation here answers it.",
+                [_evidence(closest, detail=f"closest passage, read as an answer with probability "
+                                           f"{reading.probability:.2f} (below {th.reader_min_probability:.2f}): "
+                                           f"{_short_question(reading.passage.split(': ', 1)[-1], 200)}")]
+                + [_evidence(h, detail="also read; states no answer") for h in read if h is not closest],
+                signals,
+            )
 
     signals["sections"] = float(len(sections))
     return PreGateResult(proceed=True, refusal=None, sections=sections, signals=signals)

