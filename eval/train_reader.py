@@ -82,6 +82,8 @@ async def _collect(sets: list[str], out: Path) -> int:
                         "gold": item.get("gold") or [], "facts": item.get("facts") or [],
                         "outcome": "proceed" if pre.proceed else pre.refusal.reason,
                         "cited": bool(pre.signals.get("cited_hits")),  # the reader is not asked (pre_gate step 10)
+                        "signals": pre.signals,
+                        "refusal": pre.refusal.model_dump(mode="json") if pre.refusal else None,
                         "sections": [h.model_dump(mode="json") for h in pre.sections]
                         or [h.model_dump(mode="json") for h in hits.values()],
                         "gold_hits": [hits[g].model_dump(mode="json") for g in item.get("gold") or [] if g in hits],

@@ -72,7 +72,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"(?:snap|food stamp) benefit amounts?|how many months\b.{0,60}\b(?:snap|food stamps?)\b|"
        r"\b(?:snap|food stamps?)\b.{0,60}\btime limits?\b|maximum (?:monthly )?(?:snap|food stamp) benefits?"),
     _p("snap", "SNAP", 7, ("271", "272", "274", "275", "276", "277", "278", "279", "280"),
-       r"\bsnap\b|food stamps?|supplemental nutrition assistance"),
+       r"\bsnap\b|food stamps?|supplemental nutrition assistance|\bebt\b"),
     _p("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food|\b(?:senior|elderly) food box(?:es)?\b"),
     # the popular names of rules the corpus holds: a name like "the Produce Safety Rule" appears nowhere in the CFR
     # text, so without these a question that uses it looks like it names something the corpus lacks

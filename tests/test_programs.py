@@ -25,6 +25,7 @@ EVAL = Path(__file__).resolve().parents[1] / "eval"
     ("What are the Nutrition Facts font rules for food sold in Canada?", "foreign", NOT_FEDERAL),
     ("Does Prop 65 require a cancer warning on coffee?", "state-law", NOT_FEDERAL),
     ("Can a SNAP retailer be fined instead of disqualified?", "snap", 7),
+    ("can i put up a sign saying $5 minimum for EBT like i do for credit cards?", "snap", 7),  # EBT is how SNAP is paid
     ("Can the state take my late mother's house to pay back Medicaid?", "medicaid", 42),
     ("Does Medicare need a 3-day hospital stay before covering rehab in a nursing home?", "medicare", 42),
     ("What's the rule for putting a kosher symbol on a label?", "no-rule", NOT_FEDERAL),
