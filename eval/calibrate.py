@@ -10,7 +10,8 @@ Three steps, each cached under ``--cache`` (default ``/tmp/regs_calibrate``):
               to generation -> ``generations.json`` (keyed by question + section refs, so a threshold change
               that changes the sections only generates what is new).
 ``evaluate``  the gates in process over every question (``pre_gate`` / ``post_gate`` with a
-              ``ScorerThresholds``), scored with ``eval.metrics``: not_found refusals, answerable refusals and their
+              ``ScorerThresholds``, and the answer reader as production asks it, each reading done once however
+              many thresholds are swept; ``--no-reader`` for the rules alone), scored with ``eval.metrics``: not_found refusals, answerable refusals and their
               reasons, the calibration table, claim-support agreement, and a k-fold cross-validation of the
               not_found threshold (chosen on k-1 folds from a grid of round values, scored on the held-out fold).
 
@@ -143,10 +144,26 @@ async def _corpus_stats(cache: Path):
 # --------------------------------------------------------------------------------------------
 # evaluate: the gates in process
 # --------------------------------------------------------------------------------------------
+class _MemoReader:
+    """The production answer reader, each (question, sections) read once however many thresholds are swept."""
+
+    def __init__(self):
+        from services.scorer.reader import shared_reader
+
+        self._reader = shared_reader()
+        self._memo: dict = {}
+
+    def read(self, question, sections, per_section):
+        key = (question, tuple(h.cfr_ref for h in sections), per_section)
+        if key not in self._memo:
+            self._memo[key] = self._reader.read(question, sections, per_section)
+        return self._memo[key]
+
+
 class Bench:
     """Everything cached, and the gates run over it for any ScorerThresholds."""
 
-    def __init__(self, rows: list[dict], cache: Path):
+    def __init__(self, rows: list[dict], cache: Path, use_reader: bool = True):
         from services.scorer.support import SentenceEmbeddingCache
         from shared.config import Settings
         from shared.embeddings import get_embedder
@@ -167,6 +184,7 @@ class Bench:
 
             self.support_cache._cache.update(pickle.loads(self._vec_path.read_bytes()))
         self._post_memo: dict = {}
+        self.reader = _MemoReader() if use_reader else None
 
     def save_vectors(self) -> None:
         import pickle
@@ -177,7 +195,7 @@ class Bench:
         from services.scorer.gates import pre_gate
 
         return pre_gate(row["question"], self.retrievals[row["id"]], th, corpus_titles=self.corpus_titles,
-                        corpus_stats=self.stats)
+                        corpus_stats=self.stats, reader=self.reader)
 
     def post(self, row: dict, pre, th):
         from services.scorer.gates import post_gate
@@ -416,10 +434,11 @@ def _print_summary(title: str, s: dict) -> None:
     print(f"quotes verified: {s['quote_verification']}   unsupported figures: {s['unsupported_figures']}")
 
 
-def evaluate(rows: list[dict], cache: Path, *, folds: int = 5, seed: int = 7, max_false: float = 0.03) -> dict:
+def evaluate(rows: list[dict], cache: Path, *, folds: int = 5, seed: int = 7, max_false: float = 0.03,
+             use_reader: bool = True) -> dict:
     from services.scorer.confidence import ScorerThresholds
 
-    bench = Bench(rows, cache)
+    bench = Bench(rows, cache, use_reader)
     th = ScorerThresholds()
     t0 = time.perf_counter()
     recs = bench.run(th)
@@ -453,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", type=Path, default=None, help="write the evaluation report here")
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--no-reader", dest="reader", action="store_false",
+                    help="evaluate the rule-based gates alone (production also asks the answer reader)")
     args = ap.parse_args(argv)
     rows = load_dataset(args.dataset)[: args.limit]
     args.cache.mkdir(parents=True, exist_ok=True)
@@ -463,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"generated {asyncio.run(_generate(rows, args.cache, ScorerThresholds()))} new answers", file=sys.stderr)
     if args.step in ("evaluate", "all"):
-        report = evaluate(rows, args.cache, folds=args.folds, seed=args.seed)
+        report = evaluate(rows, args.cache, folds=args.folds, seed=args.seed, use_reader=args.reader)
         if args.json:
             args.json.write_text(json.dumps(report, indent=1))
     return 0

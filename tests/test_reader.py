@@ -60,44 +60,52 @@ def test_only_the_passages_sharing_most_question_words_are_read():
 
 
 def test_a_held_subject_that_does_not_state_the_fact_is_refused_as_not_found(reader):
-    # "caffeine" finds 21 CFR 182.1180 (caffeine GRAS in cola-type beverages at 0.02 percent): the rules see a
-    # well-matched section; reading it shows it says nothing of energy drinks
-    question, retrieval = case("energy_drink_caffeine_not_stated")
+    # DEA registration of bulk manufacturers is held; which companies hold one is stated nowhere: the rules see
+    # well-matched sections, reading them shows none names a grower
+    question, retrieval = case("dea_marijuana_growers_not_stated")
     without = pre_gate(question, retrieval)
     assert without.proceed  # every rule lets it through
     res = pre_gate(question, retrieval, reader=reader)
     assert not res.proceed and res.refusal.reason == "not_found"
     assert res.refusal.message.startswith("The best-matching sections (")
-    assert "none of them states an answer to “Is there a federal limit on how much caffeine" in res.refusal.message
+    assert "none of them states an answer to “Which companies are currently registered with DEA" in res.refusal.message
     first = res.refusal.evidence[0]
     assert first.cfr_ref in [h.cfr_ref for h in without.sections[:3]]
     assert first.detail.startswith("closest passage, read as an answer with probability 0.")
-    assert "(below 0.35)" in first.detail
+    assert "(below 0.20)" in first.detail
     assert first.version_id and first.source_date and first.status == "active"
     assert res.signals["answer_probability"] < ScorerThresholds().reader_min_probability
 
 
 def test_a_question_a_passage_answers_proceeds_with_the_same_sections(reader):
-    question, retrieval = case("shell_eggs_answered")  # 45 °F for shell eggs held by retailers
+    question, retrieval = case("parmesan_aging_answered")  # cured not less than 10 months: 21 CFR 133.165
     without = pre_gate(question, retrieval)
     res = pre_gate(question, retrieval, reader=reader)
     assert res.proceed, res.refusal
     assert [h.cfr_ref for h in res.sections] == [h.cfr_ref for h in without.sections]
+    assert res.signals["relevance"] < ScorerThresholds().reader_max_relevance
     assert res.signals["answer_probability"] >= ScorerThresholds().reader_min_probability
     reading = reader.read(question, res.sections[:3])
-    assert "45" in reading.passage and reading.cfr_ref == res.sections[0].cfr_ref
+    assert reading.cfr_ref == "21 CFR 133.165" and "10 months" in reading.passage
 
 
-def test_the_threshold_is_what_decides(reader):
-    question, retrieval = case("shell_eggs_answered")
+def test_the_thresholds_are_what_decide(reader):
+    question, retrieval = case("parmesan_aging_answered")
     p = pre_gate(question, retrieval, reader=reader).signals["answer_probability"]
     strict = ScorerThresholds(reader_min_probability=min(1.0, p + 0.01))
     assert pre_gate(question, retrieval, strict, reader=reader).refusal.reason == "not_found"
+    # a question whose words and meaning match strongly is not read at all
+    question, retrieval = case("shell_eggs_answered")
+    res = pre_gate(question, retrieval, strict, reader=reader)
+    assert res.proceed and res.signals["relevance"] >= ScorerThresholds().reader_max_relevance
+    assert "answer_probability" not in res.signals
+    read_all = ScorerThresholds(reader_max_relevance=9.0, reader_min_probability=1.0)
+    assert pre_gate(question, retrieval, read_all, reader=reader).refusal.reason == "not_found"
 
 
 def test_a_cited_section_is_read_as_asked_without_the_reader(reader):
     question, retrieval = case("cited_section_read_as_asked")  # "... what does 1306.04 say"
-    res = pre_gate(question, retrieval, reader=reader)
+    res = pre_gate(question, retrieval, ScorerThresholds(reader_max_relevance=9.0), reader=reader)
     assert res.proceed and res.sections[0].cfr_ref == "21 CFR 1306.04"
     assert "answer_probability" not in res.signals
 
@@ -105,7 +113,7 @@ def test_a_cited_section_is_read_as_asked_without_the_reader(reader):
 def test_reader_scores_the_answering_passage_above_an_unrelated_one(reader):
     question, retrieval = case("shell_eggs_answered")
     answering = reader.read(question, [retrieval.hits[0]]).probability
-    _, other = case("energy_drink_caffeine_not_stated")
+    _, other = case("dea_marijuana_growers_not_stated")
     unrelated = reader.read(question, [other.hits[0]]).probability
     assert answering > 0.5 > unrelated
 
@@ -125,12 +133,12 @@ def test_weights_that_do_not_fit_the_base_model_are_a_clear_error(tmp_path):
 async def test_scorer_asks_the_reader_unless_it_is_switched_off(reader):
     from prometheus_client import REGISTRY
 
-    question, retrieval = case("energy_drink_caffeine_not_stated")
+    question, retrieval = case("dea_marijuana_growers_not_stated")
     seen = REGISTRY.get_sample_value("regs_answer_reader_probability_count") or 0.0
     on = await Scorer(Settings(), reader=reader).pre(PreGateRequest(question=question, retrieval=retrieval))
     assert on.refusal is not None and on.refusal.reason == "not_found"
     assert REGISTRY.get_sample_value("regs_answer_reader_probability_count") == seen + 1
-    assert REGISTRY.get_sample_value("regs_answer_reader_probability_bucket", {"le": "0.35"}) >= 1
+    assert REGISTRY.get_sample_value("regs_answer_reader_probability_bucket", {"le": "0.2"}) >= 1
     off_scorer = Scorer(Settings(answer_reader=False))
     assert off_scorer.answer_reader() is None
     assert (await off_scorer.pre(PreGateRequest(question=question, retrieval=retrieval))).proceed
@@ -142,7 +150,7 @@ def test_training_pairs_label_fact_passages_positive_and_the_rest_negative():
     from eval.train_reader import training_pairs
 
     q_eggs, eggs = case("shell_eggs_answered")
-    q_caf, caffeine = case("energy_drink_caffeine_not_stated")
+    q_caf, caffeine = case("dea_marijuana_growers_not_stated")
     q_rx, cited = case("cited_section_read_as_asked")
     rows = [
         {"question": q_eggs, "kind": "fact", "gold": ["21 CFR 115.50"], "facts": ["not greater than 7.2 °C (45 °F)"],
@@ -161,3 +169,24 @@ def test_training_pairs_label_fact_passages_positive_and_the_rest_negative():
     assert any(p.startswith("21 CFR 1306.04") for p in eggs_neg)  # another question's answer, another part
     assert not any(p.startswith("21 CFR 115.50") for p in eggs_neg)
     assert len(training_pairs(rows, off_topic=False)) == len(pairs) - 2
+
+
+def test_a_story_shaped_question_the_relevance_rule_would_refuse_is_answered_when_a_passage_plainly_answers(reader):
+    question, retrieval = case("power_outage_food_loss_rescued")  # lost SNAP food in a power outage: 7 CFR 274.6
+    without = pre_gate(question, retrieval)
+    assert without.refusal is not None and without.refusal.reason == "not_found"
+    assert without.signals["relevance"] < ScorerThresholds().not_found_min_similarity
+    res = pre_gate(question, retrieval, reader=reader)
+    assert res.proceed, res.refusal
+    assert res.signals["rescue_probability"] >= ScorerThresholds().reader_rescue_probability
+    assert "7 CFR 274.6" in [h.cfr_ref for h in res.sections[:3]]
+    strict = ScorerThresholds(reader_rescue_probability=1.0)
+    assert pre_gate(question, retrieval, strict, reader=reader).refusal.reason == "not_found"
+
+
+def test_a_question_no_passage_plainly_answers_stays_refused(reader):
+    question, retrieval = case("salmonella_symptoms_not_rescued")  # how long food poisoning lasts: medicine, not rules
+    res = pre_gate(question, retrieval, reader=reader)
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert res.refusal.message.startswith("No regulation in this corpus addresses")
+    assert res.signals["rescue_probability"] < ScorerThresholds().reader_rescue_probability
