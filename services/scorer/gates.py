@@ -1113,7 +1113,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
                 f"answer to {_short_question(question)}, so no regulation here answers it.",
                 [_evidence(closest, detail=f"closest passage, read as an answer with probability "
                                            f"{reading.probability:.2f} (below {th.reader_min_probability:.2f}): "
-                                           f"{_short_question(reading.passage.split(': ', 1)[-1], 200)}")]
+                                           f"{_short_question(reading.passage.removeprefix(f'{closest.cfr_ref} {closest.heading}: '), 200)}")]
                 + [_evidence(h, detail="also read; states no answer") for h in read if h is not closest],
                 signals,
             )
