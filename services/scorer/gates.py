@@ -78,7 +78,7 @@ from services.scorer.support import (
 )
 
 if TYPE_CHECKING:
-    from services.scorer.reader import AnswerReader
+    from services.scorer.reader import AnswerReader, Reading
 
 # heading words that never make a family of sibling sections
 _GENERIC_HEADING = frozenset(
@@ -725,6 +725,14 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     superseded = sorted(retrieval.superseded, key=_sim, reverse=True)
     signals = compute_signals(question, retrieval, th, corpus_stats)
     q = analyse_question(question)
+    readings: dict[tuple[str, ...], "Reading"] = {}
+
+    def best_reading(sections: list[Hit]) -> "Reading":
+        """The reader's best passage of ``sections``; a rescued question's hits are often its handed sections."""
+        key = tuple(h.cfr_ref for h in sections)
+        if key not in readings:
+            readings[key] = reader.read(question, sections, th.reader_passages_per_section)
+        return readings[key]
 
     # 1. citations the corpus does not hold ---------------------------------------------------------
     cited_existing = [c for c in scope.citations if c.exists]
@@ -859,7 +867,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     if not backed and (weak or signals["relevance"] < th.not_found_min_similarity):
         rescued = False
         if reader is not None and not weak:
-            reading = reader.read(question, hits[: th.reader_top_n], th.reader_passages_per_section)
+            reading = best_reading(hits[: th.reader_top_n])
             signals["rescue_probability"] = reading.probability
             rescued = reading.probability >= th.reader_rescue_probability
         if not rescued:
@@ -1102,7 +1110,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # section the question cites is what the asker wants read, whatever it says
     if reader is not None and sections and not cited_hits and signals["relevance"] < th.reader_max_relevance:
         read = sections[: th.reader_top_n]
-        reading = reader.read(question, read, th.reader_passages_per_section)
+        reading = best_reading(read)
         signals["answer_probability"] = reading.probability
         if reading.probability < th.reader_min_probability:
             refs = _join([h.cfr_ref for h in read])

@@ -14,7 +14,6 @@ float16); the bottom layers and the embeddings are the wheel's, unchanged. No ju
 """
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,6 @@ from typing import Sequence
 from shared.messages import Hit
 
 from services.scorer.support import question_key_stems, split_sentences, stem_set
-
-log = logging.getLogger(__name__)
 
 WEIGHTS = Path(__file__).resolve().parent / "models" / "answer_reader.safetensors"
 WINDOW_WORDS = 110  # a passage: consecutive sentences up to this many words, one sentence shared with the next
