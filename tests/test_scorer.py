@@ -23,7 +23,7 @@ from shared.messages import (
 )
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence, retrieval_score
 from shared.figures import extract_figures, find_cfr_refs, normalise_text
-from services.scorer.gates import pre_gate, verify_quote
+from services.scorer.gates import judgement_asked, pre_gate, verify_quote
 from services.scorer.service import Scorer
 from services.scorer.support import split_sentences
 
@@ -345,6 +345,43 @@ def test_not_found_names_a_name_no_section_mentions():
     res = pre_gate("I was a Peace Corps volunteer: when can I enroll in Medicare?",
                    RetrieveResult(scope=scope, hits=[hit], mode="hybrid", top_k=10, embedding_model="m"))
     assert res.refusal is None or "mentions" not in res.refusal.message
+
+
+@pytest.mark.parametrize("question, words", [
+    ("FNS permanently disqualified my store for trafficking but we never did it. Do I have a case?", "Do I have a case"),
+    ("Realistically, would we win an appeal of the disqualification?", "Realistically"),
+    ("medicare advantage or original medicare - which is better for me?", "which is better"),
+    ("Is melatonin or Benadryl safer for my 82 year old dad?", "safer"),
+    ("best sunscreen spf for a toddler?", "best"),
+    ("any chance FDA bans red dye 40 soon?", "any chance"),
+    ("will egg prices go down next year?", "prices go down"),
+])
+def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
+    assert judgement_asked(question) == words
+    hits = [make_hit("21 CFR 133.142", 0.80, 1), make_hit("21 CFR 133.113", 0.70, 2), make_hit("21 CFR 101.9", 0.6, 3)]
+    res = pre_gate(question, retrieval_of(*hits))
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert f"asks for a judgement (“{words}”)" in res.refusal.message
+    assert "21 CFR 133.142 and 21 CFR 133.113" in res.refusal.message  # the closest sections, named
+    assert [e.cfr_ref for e in res.refusal.evidence] == ["(none)", "21 CFR 133.142", "21 CFR 133.113"]
+
+
+@pytest.mark.parametrize("question", [
+    "Is it okay for my diabetic mom to use an OTC ingrown toenail gel?",  # the label's warnings answer it
+    "How long is a can of peaches good after the best-by date?",
+    "How much notice should the agency give before it ends his CSFP certification?",
+    "Which cheese is made from skim milk under part 133?",
+])
+def test_a_question_about_rules_is_not_taken_for_a_judgement(question):
+    assert judgement_asked(question) is None
+
+
+def test_a_judgement_asked_about_a_cited_section_is_read_from_it():
+    cited = CitationRef(raw="21 CFR 133.142", title=21, part="133", section="133.142", exists=True)
+    retrieval = RetrieveResult(scope=Scope(citations=[cited]), hits=[make_hit("21 CFR 133.142", 0.8, 1)],
+                               mode="hybrid", top_k=10, embedding_model="m")
+    res = pre_gate("Under 21 CFR 133.142, which is better for a small creamery: whole or skim milk?", retrieval)
+    assert res.refusal is None or "judgement" not in res.refusal.message
 
 
 def test_a_cited_existing_section_is_never_not_found():

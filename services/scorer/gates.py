@@ -8,7 +8,8 @@ Pre-gate order (first that applies wins):
 
 1. the question cites only sections/parts the corpus does not hold -> ``stale`` when a superseded version
    of the cited section is stored (removed since), else ``not_found`` naming the citation;
-2. the question names a CFR title the corpus does not hold -> ``not_found`` naming it;
+2. the question names a CFR title the corpus does not hold, or a program or a substance no held part covers, or
+   asks for a judgement, a recommendation or a forecast (``judgement_asked``) -> ``not_found`` naming it;
 3. nothing retrieved -> ``not_found`` (or ``stale`` when only superseded text matches);
 4. the best superseded match is clearly better than the best active hit -> ``stale``;
 5. the relevance signal (top-1 cosine, question-term coverage, dense/full-text agreement, margin) is below
@@ -20,7 +21,8 @@ Pre-gate order (first that applies wins):
    question's terms -> ``divergent`` (asks which one);
 9. two strongly matched, non-sibling active sections give different figures for the same term ->
    ``conflicting``;
-10. otherwise proceed with the entitled sections (a named sibling first, other siblings dropped).
+10. with the answer reader: no passage of the first handed sections reads as an answer -> ``not_found``;
+11. otherwise proceed with the entitled sections (a named sibling first, other siblings dropped).
 """
 from __future__ import annotations
 
@@ -465,6 +467,32 @@ _THIS_YEARS_AMOUNT = re.compile(
 )
 
 
+# what a regulation never settles: a judgement on the asker's own case or chances, a comparison or recommendation
+# of products, plans or programs, a forecast. "Is it safe/okay to ..." is not among them: an OTC label's warnings
+# ("Do not use if you have diabetes") answer it
+_JUDGEMENT = re.compile("|".join((
+    r"\bdo (?:i|we|they) (?:even |really )?have a (?:good |strong |real )?case\b",
+    r"\bchances? (?:of|that) (?:winning|getting|being|we|i)\b",
+    r"\b(?:any|what are (?:my|our|the)|good) chances?\b",
+    r"\brealistically\b",
+    r"\b(?:safer|healthier)\b",
+    r"\bwhich (?:\w+ )?(?:is|works|would be|one is|would do) (?:better|safer|best|more for)\b",
+    r"\bwhich is better\b",
+    r"\bbest\b(?![- ](?:by|if|before|used))",
+    r"\b(?:likely|going) to (?:\w+ )?(?:ban|go up|go down|rise|fall|be cut|be banned)\b",
+    r"\bprices? (?:go|going|will go|to go) (?:up|down)\b",
+    r"\bany chance\b",
+    r"\bdoing a good job\b",
+    r"\bworth it\b",
+)), re.I)
+
+
+def judgement_asked(question: str) -> str | None:
+    """The words by which the question asks for a judgement, a recommendation or a forecast, if it does."""
+    match = _JUDGEMENT.search(question)
+    return match.group(0) if match else None
+
+
 def yearly_amount_year(question: str, this_year: int | None = None) -> str | None:
     """The year of a year-bound amount the question asks for ("the Part B premium for 2025", "the FY2025
     allotment", "the Part A deductible this year"): such amounts are announced each year by notice, while the CFR
@@ -822,6 +850,22 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             [Evidence(cfr_ref="(none)", detail=f"“{n}”: in no active section of titles "
                                                   f"{_join([str(t) for t in (corpus_titles or [])]) or 'held'}")
              for n in absent],
+            signals,
+        )
+
+    # 2d. a judgement, a recommendation or a forecast -------------------------------------------------------
+    # the sections on the subject state the rules around it, and generation would answer from them as if they
+    # settled "do I have a case" or "which plan is better"; a question citing a section asks what it says
+    judgement = judgement_asked(question)
+    if judgement and hits and not cited_existing:
+        closest = sorted(hits, key=_sim, reverse=True)[:2]
+        return _refuse(
+            "not_found",
+            f"The question asks for a judgement (“{judgement}”) that no regulation makes: regulations state rules, "
+            f"not advice, comparisons or forecasts. The closest sections here ({_join([h.cfr_ref for h in closest])}) "
+            f"state the rules around the subject, not an answer to {_short_question(question)}.",
+            [Evidence(cfr_ref="(none)", detail=f"asks for a judgement: “{judgement}”")]
+            + [_evidence(h, detail="closest section: states rules, not this judgement") for h in closest],
             signals,
         )
 
