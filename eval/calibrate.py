@@ -131,13 +131,14 @@ async def _corpus_stats(cache: Path):
     path = cache / "corpus_stats.json"
     if path.exists():
         d = json.loads(path.read_text())
-        return CorpusStats(d["n"], d["df"])
+        if "refs" in d:  # a cache from before the held sections were kept is rebuilt
+            return CorpusStats(d["n"], d["df"], frozenset(d["refs"]))
     pool = await db.create_pool(Settings().database_url, max_size=1)
     try:
         stats = await load_corpus_stats(pool)
     finally:
         await pool.close()
-    path.write_text(json.dumps({"n": stats.n, "df": stats.df}))
+    path.write_text(json.dumps({"n": stats.n, "df": stats.df, "refs": sorted(stats.refs)}))
     return stats
 
 

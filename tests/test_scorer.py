@@ -25,7 +25,7 @@ from services.scorer.confidence import ScorerThresholds, citation_coverage, comp
 from shared.figures import extract_figures, find_cfr_refs, normalise_text
 from services.scorer.gates import judgement_asked, pre_gate, verify_quote
 from services.scorer.service import Scorer
-from services.scorer.support import split_sentences
+from services.scorer.support import CorpusStats, split_sentences
 
 DATA = Path(__file__).parent / "data"
 SECTIONS = json.loads((DATA / "scorer_sections.json").read_text())["sections"]
@@ -382,6 +382,37 @@ def test_a_judgement_asked_about_a_cited_section_is_read_from_it():
                                mode="hybrid", top_k=10, embedding_model="m")
     res = pre_gate("Under 21 CFR 133.142, which is better for a small creamery: whole or skim milk?", retrieval)
     assert res.refusal is None or "judgement" not in res.refusal.message
+
+
+# 7 CFR 278.6(g), verbatim: the hardship penalty's ceiling is set in 7 CFR 3.91, a section this corpus does not hold
+PENALTY_IN_LIEU = ("(g) Criteria for civil money penalty for hardship and transfer of ownership. FNS may, in lieu of a "
+                   "disqualification, subject a firm to a civil money penalty of up to an amount specified in "
+                   "§ 3.91(b)(3)(i) of this title for each violation if FNS determines that a disqualification would "
+                   "cause hardship to participating households.")
+
+
+def _penalty_section() -> Hit:
+    return make_hit("21 CFR 133.113", 0.72, 1, cfr_ref="7 CFR 278.6", title=7, part="278", section="278.6",
+                    heading="Disqualification of retail food stores and wholesale food concerns, and imposition of "
+                            "civil money penalties in lieu of disqualifications", text=PENALTY_IN_LIEU, paragraphs=[])
+
+
+def test_a_limit_the_section_leaves_to_a_section_not_held_is_not_found():
+    held = CorpusStats.from_texts([PENALTY_IN_LIEU], refs=["7 CFR 278.6", "7 CFR 278.1"])
+    question = "max civil money penalty per violation for a snap store instead of disqualification"
+    res = pre_gate(question, retrieval_of(_penalty_section()), corpus_stats=held)
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "this corpus does not hold 7 CFR 3.91" in res.refusal.message
+    assert "“up to an amount specified in § 3.91(b)(3)(i) of this title”" in res.refusal.message
+    assert [e.cfr_ref for e in res.refusal.evidence] == ["7 CFR 278.6", "7 CFR 3.91"]
+    # held, the section the limit is left to answers it (generation gets both); not asked for the limit, the
+    # section answers what it does say (that a penalty may replace the disqualification)
+    with_391 = CorpusStats.from_texts([PENALTY_IN_LIEU], refs=["7 CFR 278.6", "7 CFR 3.91"])
+    res = pre_gate(question, retrieval_of(_penalty_section()), corpus_stats=with_391)
+    assert res.refusal is None or "3.91" not in res.refusal.message
+    res = pre_gate("Can FNS charge my store a civil money penalty instead of a disqualification for hardship?",
+                   retrieval_of(_penalty_section()), corpus_stats=held)
+    assert res.refusal is None or "3.91" not in res.refusal.message
 
 
 def test_a_cited_existing_section_is_never_not_found():

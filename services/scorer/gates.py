@@ -493,6 +493,32 @@ def judgement_asked(question: str) -> str | None:
     return match.group(0) if match else None
 
 
+# a limit the section leaves to another: "a civil money penalty of up to an amount specified in § 3.91(b)(3)(i) of
+# this title for each violation"
+_LIMIT_ELSEWHERE = re.compile(
+    r"(?:up to|not (?:to )?exceed|maximum of|no more than)\s+(?:an?\s+|the\s+)?(?:amounts?|limits?|figures?|rates?|"
+    r"levels?|sums?)\s+(?:as\s+)?(?:specified|set forth|set out|established|prescribed|provided|published|listed|"
+    r"stated|determined)\s+(?:in|under|at|by)\s+§+\s*(?P<section>\d+[a-z]?\.\d+[a-z]?)(?:\([^)]*\))*"
+    r"(?:\s+of\s+this\s+(?:title|chapter))?",
+    re.I,
+)
+_ASKS_FOR_A_LIMIT = re.compile(r"\b(?:max(?:imum)?|cap|upper limit|most|highest|up to|how much (?:can|could|may|will))\b",
+                               re.I)
+
+
+def limit_held_elsewhere(question: str, hit: Hit, key: set[str], held: frozenset[str]) -> tuple[str, str] | None:
+    """(the section not held, the sentence) when the question asks for a limit and the hit's sentence about it
+    sets the limit only by reference to a section this corpus does not hold."""
+    if not _ASKS_FOR_A_LIMIT.search(question):
+        return None
+    for sentence in split_sentences(hit.text):
+        for match in _LIMIT_ELSEWHERE.finditer(sentence):
+            target = f"{hit.title} CFR {match.group('section')}"
+            if target not in held and len(key & stem_set(sentence)) >= 2:
+                return target, match.group(0)
+    return None
+
+
 def yearly_amount_year(question: str, this_year: int | None = None) -> str | None:
     """The year of a year-bound amount the question asks for ("the Part B premium for 2025", "the FY2025
     allotment", "the Part A deductible this year"): such amounts are announced each year by notice, while the CFR
@@ -980,6 +1006,20 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             "closest match; states no inflation-adjusted figure",
             signals,
         )
+
+    # 6b''. a limit the best section leaves to a section not held ---------------------------------------------
+    if figure_question and corpus_stats is not None and corpus_stats.refs:
+        elsewhere = limit_held_elsewhere(question, hits[0], q.key, corpus_stats.refs)
+        if elsewhere:
+            target, words = elsewhere
+            return _refuse(
+                "not_found",
+                f"The question asks for a limit that {hits[0].cfr_ref} does not state itself: it sets it as “{words}”, "
+                f"and this corpus does not hold {target}, so no regulation here gives the figure.",
+                [_evidence(hits[0], detail=f"best match; gives the limit only as “{words}”"),
+                 Evidence(cfr_ref=target, detail="where the figure is set; not in this corpus")],
+                signals,
+            )
 
     # 6c. a State's own figure or rule ---------------------------------------------------------------------------
     # the federal text says how a State's amount, limit or caseload is set, not what Michigan's is, nor what Texas

@@ -78,6 +78,6 @@ async def load_corpus_stats(pool) -> CorpusStats:
     """Document frequencies of the active sections' content stems (heading + text), for IDF-weighted coverage."""
     from shared import db
 
-    rows = await pool.fetch(f"SELECT s.heading, s.text FROM sections s WHERE {db.active_rows('s')}")
+    rows = await pool.fetch(f"SELECT s.cfr_ref, s.heading, s.text FROM sections s WHERE {db.active_rows('s')}")
     texts = [f"{r['heading'] or ''}\n{r['text'] or ''}" for r in rows]
-    return await asyncio.to_thread(CorpusStats.from_texts, texts)
+    return await asyncio.to_thread(CorpusStats.from_texts, texts, [r["cfr_ref"] for r in rows])

@@ -282,20 +282,22 @@ def claim_support(
 # --------------------------------------------------------------------------------------------
 @dataclass
 class CorpusStats:
-    """Document frequency of every content stem over the active sections (heading + text)."""
+    """Document frequency of every content stem over the active sections (heading + text), and which sections
+    are held (``refs``: a section's text that leaves a figure to another section is read against it)."""
 
     n: int
     df: dict[str, int]
+    refs: frozenset[str] = frozenset()
 
     @classmethod
-    def from_texts(cls, texts: Iterable[str]) -> "CorpusStats":
+    def from_texts(cls, texts: Iterable[str], refs: Iterable[str] = ()) -> "CorpusStats":
         df: dict[str, int] = {}
         n = 0
         for text in texts:
             n += 1
             for w in stem_set(text):
                 df[w] = df.get(w, 0) + 1
-        return cls(n, df)
+        return cls(n, df, frozenset(refs))
 
     def idf(self, stem_: str) -> float:
         """log((n+1)/(df+0.5)), scaled to 0..1 by its maximum (a stem the corpus never uses)."""
