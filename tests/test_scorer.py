@@ -902,6 +902,21 @@ def test_a_program_asked_for_is_not_found_when_only_the_askers_own_program_is_he
     assert res.refusal is None or "7 CFR part 246" not in res.refusal.message
 
 
+def test_whether_an_expense_is_tax_deductible_is_tax_law_whatever_program_it_is_for():
+    medicare = ProgramRef(name="Medicare", title=42, parts=["408"], home="42 CFR part 408", said="Medicare",
+                          held=True, family="medicare")
+    question = "Can Medicare Part B premiums be deducted as a medical expense on a federal income tax return?"
+    irs = ProgramRef(name="federal tax rules (IRS)", title=26, home="26 CFR", said="income tax", held=False,
+                     family="irs")
+    res = pre_gate(question, retrieval_of(scope=Scope(programs=[medicare, irs])), corpus_titles=[7, 21, 42])
+    assert res.refusal is not None and res.refusal.reason == "not_found" and "26 CFR" in res.refusal.message
+    # the tax status of the asker is their situation, not the question
+    question = "We're a tax-exempt food bank under Medicare's rules. Can we also get Part B enrollment forms?"
+    irs = irs.model_copy(update={"said": "tax-exempt"})
+    res = pre_gate(question, retrieval_of(scope=Scope(programs=[medicare, irs])), corpus_titles=[7, 21, 42])
+    assert res.refusal is None or "26 CFR" not in res.refusal.message
+
+
 def homes(question: str) -> set[tuple[str, int]]:
     """(family, title) of each program, agency or law the question names."""
     from shared.programs import named_homes

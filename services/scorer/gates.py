@@ -412,6 +412,11 @@ _INITIALISM = re.compile(r"[A-Z]{2,5}s?")
 # families whose naming is the question's ask whatever held program it mentions: "the half-life of
 # diphenhydramine in a sleep aid", "which pharmacies were fined by the DEA"
 ASKED_AS_SUCH = frozenset({"general-knowledge", "events"})
+# whether an expense is deductible is a question of tax law whatever program the expense is for ("are Medicare
+# premiums tax deductible")
+_ASKS_TAX_DEDUCTION = re.compile(
+    r"tax[- ]deducti\w+|\bdeduct\w*\b[^.?!]{0,80}\b(?:taxes|tax returns?|income tax\w*)|"
+    r"\b(?:taxes|tax returns?|income tax\w*)\b[^.?!]{0,60}\bdeduct", re.I)
 _JOINING = re.compile(
     r"\b(?:eligible|eligibility|qualify|qualified|qualifies|apply|applying|enroll|enrolling|sign(?:ed|ing)? up|"
     r"get|getting|receive|receiving|benefits?|approved)\s+(?:for|in|into|from|to)\s+(?:the\s+)?(?:[\w-]+\s+){0,2}$",
@@ -836,7 +841,8 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # for WIC?" names Medicaid only as the asker's situation), or it asks for general knowledge about a held
     # subject ("the half-life of diphenhydramine" in a nighttime sleep-aid)
     if unheld and held_named and not cited_existing:
-        unheld = [p for p in unheld if p.family in ASKED_AS_SUCH or asked_to_join(question, p.said)]
+        unheld = [p for p in unheld if p.family in ASKED_AS_SUCH or asked_to_join(question, p.said)
+                  or (p.family == "irs" and _ASKS_TAX_DEDUCTION.search(question))]
         held_named = not unheld
     if unheld and not held_named:
         federal = [p for p in unheld if p.title]
