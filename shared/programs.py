@@ -308,7 +308,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bdeduct (?:my|our|the) (?:home office|mileage|car|vehicle|expenses?)\b|home office deduction"),
     _p("atf", "firearms, explosives and alcohol tax rules (ATF, TTB)", 27, (),
        r"\batf\b|\bttb\b|firearms?|\bffl\b|guns?\b|ammunition|explosives?|silencers?|suppressors?|"
-       r"wine labels?|beer labels?|distilled spirits|alcohol (?:labels?|labeling|permits?|excise)|brewer(?:y|ies)|"
+       r"wine labels?|(?<!root )\bbeers?\b|distilled spirits|alcohol (?:labels?|labeling|permits?|excise)|brewer(?:y|ies)|"
        r"winer(?:y|ies)|distiller(?:y|ies)"),
     _p("ada", "the Americans with Disabilities Act", 28, ("35", "36"),
        r"(?-i:\bADA\b)|americans with disabilities|wheelchair ramps?|accessible parking|service animals?"),
