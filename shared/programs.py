@@ -62,6 +62,9 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"food distribution program on indian reservations|\bfdpir\b"),
     _p("fmnp", "the WIC and Senior Farmers' Market Nutrition Programs", 7, ("248", "249"),
        r"farmers'? market nutrition|\bsfmnp\b"),
+    # children's grocery benefits on an EBT card, not SNAP ("EBT" alone names SNAP)
+    _p("p-ebt", "Pandemic EBT (P-EBT)", 7, ("284",), r"\bp-?ebt\b|pandemic[- ](?:ebt|electronic benefits? transfer)"),
+    _p("summer-ebt", "Summer EBT (SUN Bucks)", 7, ("292",), r"summer[- ]ebt|\bsun ?bucks\b"),
     _p("snap", "SNAP household eligibility (income and resource limits, students, work rules, benefit amounts)", 7,
        ("273",),
        r"\b(?:snap|food stamps?)\b.*\b(?:income limits?|gross (?:monthly )?income|resource limits?|assets?|college|"
@@ -72,7 +75,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"(?:snap|food stamp) benefit amounts?|how many months\b.{0,60}\b(?:snap|food stamps?)\b|"
        r"\b(?:snap|food stamps?)\b.{0,60}\btime limits?\b|maximum (?:monthly )?(?:snap|food stamp) benefits?"),
     _p("snap", "SNAP", 7, ("271", "272", "274", "275", "276", "277", "278", "279", "280"),
-       r"\bsnap\b|food stamps?|supplemental nutrition assistance|\bebt\b"),
+       r"\bsnap\b|food stamps?|supplemental nutrition assistance|(?<!p-)(?<!pandemic )(?<!summer )\bebt\b"),
     _p("csfp", "the Commodity Supplemental Food Program", 7, ("247",), r"\bcsfp\b|commodity supplemental food|\b(?:senior|elderly) food box(?:es)?\b"),
     # the popular names of rules the corpus holds: a name like "the Produce Safety Rule" appears nowhere in the CFR
     # text, so without these a question that uses it looks like it names something the corpus lacks

@@ -33,6 +33,8 @@ EVAL = Path(__file__).resolve().parents[1] / "eval"
     ("How do I register our clinical trial on ClinicalTrials.gov?", "public-health", 42),
     ("What costs can a university charge to a federal grant?", "grants", 2),
     ("alcohol cutoff for labeling a beer non-alcoholic", "atf", 27),
+    ("P-EBT benefit amount per child per school day", "p-ebt", 7),
+    ("How much do kids get from Summer EBT (SUN Bucks)?", "summer-ebt", 7),
 ])
 def test_a_named_program_is_found_with_its_home(question, family, title):
     found = {home.family: home for home, _ in named_homes(question)}
