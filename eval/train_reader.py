@@ -112,7 +112,7 @@ def _norm(text: str) -> str:
 
 
 def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0,
-                   subject_swap: bool = True) -> list[tuple[str, str, int]]:
+                   subject_swap: bool = True, hard_negatives: bool = True) -> list[tuple[str, str, int]]:
     from services.scorer.reader import closest_passages as closest, passages
 
     pairs: list[tuple[str, str, int]] = []
@@ -120,7 +120,9 @@ def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0,
     for r in rows:
         q = r["question"]
         if r["kind"] == "not_found":
-            pairs += [(q, p, 0) for h in r["sections"][:3] for p in closest(q, h, 2)]
+            # the questions the rules let through are the reader's own work: every passage it would read
+            hard = hard_negatives and r["outcome"] == "proceed"
+            pairs += [(q, p, 0) for h in r["sections"][: 5 if hard else 3] for p in closest(q, h, 4 if hard else 2)]
             continue
         facts = [_norm(f) for f in r["facts"]]
         positives = [p for h in r["gold_hits"] for p in passages(h) if any(f in _norm(p) for f in facts)]
@@ -204,7 +206,8 @@ def _subject_swapped(rows: list[dict], seed: int) -> list[tuple[str, str, int]]:
 
 
 def train(rows: list[dict], out: Path, *, epochs: float = 1.0, lr: float = 4e-5, max_tokens: int = 224,
-          seed: int = 0, off_topic: bool = True, tune_from: int = TUNED_LAYERS_FROM) -> dict:
+          seed: int = 0, off_topic: bool = True, tune_from: int = TUNED_LAYERS_FROM, subject_swap: bool = True,
+          hard_negatives: bool = True) -> dict:
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -215,7 +218,7 @@ def train(rows: list[dict], out: Path, *, epochs: float = 1.0, lr: float = 4e-5,
     torch.manual_seed(seed)
     torch.set_num_threads(available_cores())
     rng = random.Random(seed)
-    pairs = training_pairs(rows, off_topic, seed)
+    pairs = training_pairs(rows, off_topic, seed, subject_swap, hard_negatives)
     tokenizer = AutoTokenizer.from_pretrained(model_dir())
     model = AutoModelForSequenceClassification.from_pretrained(model_dir(), num_labels=1)
     base = {k: v.clone() for k, v in model.state_dict().items()}
@@ -258,18 +261,25 @@ def train(rows: list[dict], out: Path, *, epochs: float = 1.0, lr: float = 4e-5,
 # --------------------------------------------------------------------------------------------
 # validate
 # --------------------------------------------------------------------------------------------
-def validate(rows: list[dict], weights: Path, top_n: int = 3,
-             thresholds=(0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)) -> dict:
+def validate(rows: list[dict], weights: Path, top_n: int | None = None, max_relevance: float | None = None,
+             thresholds=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)) -> dict:
+    """The questions the reader is asked in production: let through by the rules, citing no held section, of
+    relevance below ``max_relevance`` (default: the scorer's), read in the first ``top_n`` handed sections."""
+    from services.scorer.confidence import ScorerThresholds
     from services.scorer.reader import AnswerReader
 
+    th = ScorerThresholds()
+    top_n = top_n or th.reader_top_n
+    max_relevance = th.reader_max_relevance if max_relevance is None else max_relevance
     reader = AnswerReader(weights)
     scored = []
     for r in rows:
-        if r["outcome"] != "proceed" or r["cited"]:
+        if r["outcome"] != "proceed" or r["cited"] or r["signals"].get("relevance", 0.0) >= max_relevance:
             continue
-        reading = reader.read(r["question"], r["sections"][:top_n])
+        reading = reader.read(r["question"], r["sections"][:top_n], th.reader_passages_per_section)
         scored.append({"set": r["set"], "id": r["id"], "kind": r["kind"], "probability": round(reading.probability, 4),
-                       "cfr_ref": reading.cfr_ref, "question": r["question"]})
+                       "cfr_ref": reading.cfr_ref, "question": r["question"],
+                       "gold_read": bool(set(r["gold"]) & {h.cfr_ref for h in r["sections"][:top_n]})})
     nf = [s for s in scored if s["kind"] == "not_found"]
     answerable = [s for s in scored if s["kind"] != "not_found"]
     table = [{"threshold": t, "not_found_refused": sum(s["probability"] < t for s in nf), "not_found": len(nf),
@@ -289,6 +299,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tune-from", type=int, default=TUNED_LAYERS_FROM,
                     help="first encoder layer fine-tuned (0: all six; the embeddings stay frozen)")
     ap.add_argument("--lr", type=float, default=4e-5)
+    ap.add_argument("--top-n", type=int, default=None, help="validate: sections read (default: the scorer's)")
+    ap.add_argument("--max-relevance", type=float, default=None,
+                    help="validate: read only questions below this relevance (default: the scorer's)")
+    ap.add_argument("--no-subject-swap", dest="subject_swap", action="store_false")
+    ap.add_argument("--no-hard-negatives", dest="hard_negatives", action="store_false")
     ap.add_argument("--no-off-topic", dest="off_topic", action="store_false",
                     help="train without the off-topic negatives (the reader shipped before they were added)")
     ap.add_argument("--json", type=Path, default=None, help="validate: write the table and per-question scores here")
@@ -306,10 +321,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.step == "train":
         blind = set(filter(None, args.blind.split(",")))
         report = train([r for r in rows if r["set"] not in held_out | blind], out, epochs=args.epochs,
-                       off_topic=args.off_topic, tune_from=args.tune_from, lr=args.lr)
+                       off_topic=args.off_topic, tune_from=args.tune_from, lr=args.lr,
+                       subject_swap=args.subject_swap, hard_negatives=args.hard_negatives)
         print(json.dumps({**report, "weights": str(out), "held_out": sorted(held_out)}))
         return
-    result = validate([r for r in rows if r["set"] in held_out], out)
+    result = validate([r for r in rows if r["set"] in held_out], out, args.top_n, args.max_relevance)
     for row in result["table"]:
         print(f"refuse below {row['threshold']:.2f}: not_found refused {row['not_found_refused']}/{row['not_found']}"
               f"   answerable refused {row['answerable_refused']}/{row['answerable']}")

@@ -44,6 +44,12 @@ class ProgramHome:
         return f"{self.title} CFR"
 
 
+# whether an expense is deductible is asked of tax law, whatever program the expense is for ("are Medicare premiums
+# tax deductible", "deduct the food we donate ... on our federal taxes")
+TAX_DEDUCTION = (r"tax[- ]deducti\w+|\bdeduct\w*\b[^.?!]{0,80}\b(?:taxes|tax returns?|income tax\w*)|"
+                 r"\b(?:taxes|tax returns?|income tax\w*)\b[^.?!]{0,60}\bdeduct")
+
+
 def _p(family: str, name: str, title: int, parts: tuple[str, ...], pattern: str) -> ProgramHome:
     return ProgramHome(family, name, title, parts, re.compile(pattern, re.I | re.S))
 
@@ -198,7 +204,14 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"two-midnight|observation (?:status|stays?)"),
     _p("medicare", "Medicare hospice and home health", 42, ("418", "484"), r"hospice|home health"),
     _p("medicare", "Medicare claims appeals", 42, ("405",),
-       r"medicare (?:claims? )?appeals?|appeal (?:a |my )?medicare|reconsideration by a qic"),
+       r"medicare (?:claims? )?appeals?|appeal (?:a |my )?medicare|reconsideration by a qic|"
+       r"\bredeterminations?\b.{0,120}\b(?:claims?|denials?|denied)\b|"
+       r"\b(?:claims?|denials?|denied)\b.{0,120}\bredeterminations?\b"),
+    # the deductibles are set in the benefit parts (inpatient: 42 CFR 409.82; Part B: 42 CFR 410.160), which the
+    # entitlement and premium parts never state
+    _p("medicare", "Medicare Part A and Part B deductibles and coinsurance", 42, ("409", "410"),
+       r"\b(?:inpatient|hospital|part a|part b|medicare)\b[^.?!]{0,50}\b(?:deductibles?|coinsurance)\b|"
+       r"\b(?:deductibles?|coinsurance)\b[^.?!]{0,50}\b(?:inpatient|hospital|part a|part b|medicare)\b"),
     _p("medicare", "Medicare Part A and Part B entitlement, enrollment and premiums", 42, ("406", "407", "408"),
        r"\bmedicare\b|\bpart [ab]\b"),
     _p("providers", "long-term care facility requirements", 42, ("483",),
@@ -308,7 +321,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"form (?:w-2|w-4|w-9|1099\S*|8300|941|990|1040|1065|1120\S*)|income tax\w*|tax returns?|tax-exempt|"
        r"\b501\s*\(c\)|depreciat\w+|payroll tax\w*|estimated tax\w*|capital gains?|tax deducti\w+|"
        r"deduct\w* (?:on|from) (?:my|our|your) taxes|tax credits?|\bhsa\b|health savings accounts?|"
-       r"\bdeduct (?:my|our|the) (?:home office|mileage|car|vehicle|expenses?)\b|home office deduction"),
+       r"\bdeduct (?:my|our|the) (?:home office|mileage|car|vehicle|expenses?)\b|home office deduction|" + TAX_DEDUCTION),
     _p("atf", "firearms, explosives and alcohol tax rules (ATF, TTB)", 27, (),
        r"\batf\b|\bttb\b|firearms?|\bffl\b|guns?\b|ammunition|explosives?|silencers?|suppressors?|"
        r"wine labels?|(?<!root )\bbeers?\b|distilled spirits|alcohol (?:labels?|labeling|permits?|excise)|brewer(?:y|ies)|"

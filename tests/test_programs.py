@@ -35,10 +35,21 @@ EVAL = Path(__file__).resolve().parents[1] / "eval"
     ("alcohol cutoff for labeling a beer non-alcoholic", "atf", 27),
     ("P-EBT benefit amount per child per school day", "p-ebt", 7),
     ("How much do kids get from Summer EBT (SUN Bucks)?", "summer-ebt", 7),
+    ("Can my restaurant deduct the food we donate to the food bank on our federal taxes?", "irs", 26),
 ])
 def test_a_named_program_is_found_with_its_home(question, family, title):
     found = {home.family: home for home, _ in named_homes(question)}
     assert family in found and found[family].title == title
+
+
+@pytest.mark.parametrize("question, parts", [
+    ("I got a denial on a Medicare Part B claim. How many days do I have to ask for a redetermination?", ("405",)),
+    ("How much is the Medicare Part A inpatient deductible she'll owe for the hospital stay?", ("409", "410")),
+    ("How much is the Part B premium if I enroll late?", ("406", "407", "408")),
+])
+def test_a_medicare_question_finds_the_part_that_answers_it(question, parts):
+    (home, _), = [(h, s) for h, s in named_homes(question) if h.family == "medicare"]
+    assert home.parts == parts
 
 
 def test_one_home_per_family_the_specific_one_first():

@@ -46,7 +46,7 @@ from shared.messages import (
     RetrieveResult,
     SentenceSupport,
 )
-from shared.programs import states_named, states_ruling
+from shared.programs import TAX_DEDUCTION, states_named, states_ruling
 from shared.scoping import cfr_wording, substance_words
 
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence
@@ -412,11 +412,7 @@ _INITIALISM = re.compile(r"[A-Z]{2,5}s?")
 # families whose naming is the question's ask whatever held program it mentions: "the half-life of
 # diphenhydramine in a sleep aid", "which pharmacies were fined by the DEA"
 ASKED_AS_SUCH = frozenset({"general-knowledge", "events"})
-# whether an expense is deductible is a question of tax law whatever program the expense is for ("are Medicare
-# premiums tax deductible")
-_ASKS_TAX_DEDUCTION = re.compile(
-    r"tax[- ]deducti\w+|\bdeduct\w*\b[^.?!]{0,80}\b(?:taxes|tax returns?|income tax\w*)|"
-    r"\b(?:taxes|tax returns?|income tax\w*)\b[^.?!]{0,60}\bdeduct", re.I)
+_ASKS_TAX_DEDUCTION = re.compile(TAX_DEDUCTION, re.I)
 _JOINING = re.compile(
     r"\b(?:eligible|eligibility|qualify|qualified|qualifies|apply|applying|enroll|enrolling|sign(?:ed|ing)? up|"
     r"get|getting|receive|receiving|benefits?|approved)\s+(?:for|in|into|from|to)\s+(?:the\s+)?(?:[\w-]+\s+){0,2}$",
