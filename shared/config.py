@@ -98,7 +98,7 @@ class Settings(BaseSettings):
                           "answer to the question (the scorer's answer reader, a local cross-encoder)."
     )
     reader_min_probability: float = Field(
-        0.20, ge=0.0, le=1.0, description="Answer reader: the best passage's probability below which the question "
+        0.22, ge=0.0, le=1.0, description="Answer reader: the best passage's probability below which the question "
                                           "is refused as not_found."
     )
 

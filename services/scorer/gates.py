@@ -1194,7 +1194,8 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # the questions every rule above lets through are about a held subject and ask what no section states ("which
     # companies are registered with DEA to grow marijuana for research" finds the DEA registration sections); a
     # section the question cites is what the asker wants read, whatever it says
-    if reader is not None and sections and not cited_hits and signals["relevance"] < th.reader_max_relevance:
+    if (reader is not None and sections and not cited_hits
+            and (th.reader_max_relevance is None or signals["relevance"] < th.reader_max_relevance)):
         read = sections[: th.reader_top_n]
         reading = best_reading(read)
         signals["answer_probability"] = reading.probability
