@@ -104,7 +104,7 @@ def test_the_thresholds_are_what_decide(reader):
     bounded = ScorerThresholds(reader_max_relevance=relevance, reader_min_probability=1.0)
     res = pre_gate(question, retrieval, bounded, reader=reader)
     assert res.proceed and "answer_probability" not in res.signals
-    read_all = ScorerThresholds(reader_min_probability=1.0)
+    read_all = ScorerThresholds(reader_min_probability=1.0, reader_max_relevance=None)
     assert pre_gate(question, retrieval, read_all, reader=reader).refusal.reason == "not_found"
 
 
