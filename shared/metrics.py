@@ -34,7 +34,7 @@ RATE_LIMITED = Counter("regs_rate_limited_total", "Requests refused with 429")
 # --- scorer ---------------------------------------------------------------------------------
 ANSWER_READER_PROBABILITY = Histogram(
     "regs_answer_reader_probability", "Best passage's probability of stating an answer, per question the answer reader read",
-    buckets=(0.05, 0.1, 0.2, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    buckets=(0.05, 0.1, 0.15, 0.2, 0.22, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
 )  # the share below REGS_READER_MIN_PROBABILITY is the share it refused
 
 # --- ingest ---------------------------------------------------------------------------------
