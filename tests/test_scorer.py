@@ -354,7 +354,9 @@ def test_not_found_names_a_name_no_section_mentions():
     ("Is melatonin or Benadryl safer for my 82 year old dad?", "safer"),
     ("best sunscreen spf for a toddler?", "best"),
     ("any chance FDA bans red dye 40 soon?", "any chance"),
-    ("will egg prices go down next year?", "prices go down"),
+    ("will egg prices go down next year?", "will egg prices go down"),
+    ("With the new egg farm rules, are egg prices going to keep going up?", "going to keep going up"),
+    ("Honestly, is the senior food box even worth the trouble of signing up?", "worth the trouble"),
 ])
 def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
     assert judgement_asked(question) == words

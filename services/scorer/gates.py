@@ -480,11 +480,13 @@ _JUDGEMENT = re.compile("|".join((
     r"\bwhich (?:\w+ )?(?:is|works|would be|one is|would do) (?:better|safer|best|more for)\b",
     r"\bwhich is better\b",
     r"\bbest\b(?![- ](?:by|if|before|used))",
-    r"\b(?:likely|going) to (?:\w+ )?(?:ban|go up|go down|rise|fall|be cut|be banned)\b",
+    r"\b(?:likely|going|expected) to (?:\w+ )?(?:ban|go(?:ing)? up|go(?:ing)? down|rise|fall|increase|decrease|drop|"
+    r"be cut|be banned)\b",
     r"\bprices? (?:go|going|will go|to go) (?:up|down)\b",
+    r"\bwill \w+(?: \w+)? (?:go up|go down|rise|fall|drop)\b",
     r"\bany chance\b",
     r"\bdoing a good job\b",
-    r"\bworth it\b",
+    r"\bworth (?:it|the (?:trouble|hassle|effort|money|cost|time))\b",
 )), re.I)
 
 
