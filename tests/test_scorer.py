@@ -2,6 +2,7 @@
 XML of 21 CFR) with real MiniLM similarities per question (tests/data/scorer_cases.json)."""
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
@@ -357,6 +358,7 @@ def test_not_found_names_a_name_no_section_mentions():
     ("will egg prices go down next year?", "will egg prices go down"),
     ("With the new egg farm rules, are egg prices going to keep going up?", "going to keep going up"),
     ("Honestly, is the senior food box even worth the trouble of signing up?", "worth the trouble"),
+    ("Mom was invited to join a drug trial. Is it worth the risk for her to enroll?", "worth the risk"),
 ])
 def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
     assert judgement_asked(question) == words
@@ -845,8 +847,15 @@ def test_an_inflation_adjusted_amount_the_text_does_not_state_is_not_found():
     res = pre_gate(question, retrieval_of())
     assert res.refusal is not None and res.refusal.reason == "not_found"
     assert "inflation-adjusted amount" in res.refusal.message
-    adjusted = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " The penalty is $100, adjusted for inflation as "
-                                                              "published each year.")
+    # a text that says its amount is adjusted for inflation gives the base, not this year's figure ...
+    method = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " The penalty is $100, adjusted for inflation as "
+                                                            "published each year.")
+    res = pre_gate(question, retrieval_of(method))
+    assert res.refusal is not None and "inflation-adjusted amount" in res.refusal.message
+    # ... a text that states this year's figure answers it
+    year = datetime.date.today().year
+    adjusted = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + f" For {year}, the penalty adjusted for inflation "
+                                                              f"is $112.")
     res = pre_gate(question, retrieval_of(adjusted))
     assert res.refusal is None or "inflation-adjusted" not in res.refusal.message
 

@@ -486,7 +486,7 @@ _JUDGEMENT = re.compile("|".join((
     r"\bwill \w+(?: \w+)? (?:go up|go down|rise|fall|drop)\b",
     r"\bany chance\b",
     r"\bdoing a good job\b",
-    r"\bworth (?:it|the (?:trouble|hassle|effort|money|cost|time))\b",
+    r"\bworth (?:it|the (?:trouble|hassle|effort|money|cost|time|risks?))\b",
 )), re.I)
 
 
@@ -998,13 +998,16 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
         )
 
     # 6b'. an inflation-adjusted amount the text does not state -----------------------------------------------
+    # a section that says its amount is "adjusted for inflation" gives the base and the method, not this year's figure
     figure_question = asks_for_figure(question)
+    this_year = str(datetime.date.today().year)
     if (figure_question and _INFLATION_ADJUSTED.search(question)
-            and not any("inflation" in h.text.lower() for h in hits[: th.pool_size])):
+            and not any(states_amount_for_year(h.text, this_year) for h in hits[: th.pool_size])):
         top = hits[0]
         return _not_found_beside(
             top,
-            f"The question asks for an inflation-adjusted amount, and no matching section states one: such "
+            f"The question asks for an inflation-adjusted amount, and no matching section states one for "
+            f"{this_year}: such "
             f"amounts are adjusted each year by notice (in the Federal Register), while the regulation's text gives "
             f"the base amount or the method (closest: {top.cfr_ref}).",
             "closest match; states no inflation-adjusted figure",
