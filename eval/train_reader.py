@@ -122,6 +122,13 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
+def _answering_passages(hit, facts: list[str]) -> list[str]:
+    """The passages of ``hit`` holding one of the (normalised) gold facts."""
+    from services.scorer.reader import passages
+
+    return [p for p in passages(hit) if any(f in _norm(p) for f in facts)]
+
+
 def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0,
                    subject_swap: bool = True, hard_negatives: bool = True) -> list[tuple[str, str, int]]:
     from services.scorer.reader import closest_passages as closest, passages
@@ -136,7 +143,7 @@ def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0,
             pairs += [(q, p, 0) for h in r["sections"][: 5 if hard else 3] for p in closest(q, h, 4 if hard else 2)]
             continue
         facts = [_norm(f) for f in r["facts"]]
-        positives = [p for h in r["gold_hits"] for p in passages(h) if any(f in _norm(p) for f in facts)]
+        positives = [p for h in r["gold_hits"] for p in _answering_passages(h, facts)]
         pairs += [(q, p, 1) for p in positives]
         answering += [({g.rsplit(".", 1)[0] for g in r["gold"]}, p) for p in positives[:1]]
         others = [h for h in r["sections"] if h.cfr_ref not in r["gold"]][:2]
@@ -168,27 +175,24 @@ def _subject_swapped(rows: list[dict], seed: int) -> list[tuple[str, str, int]]:
     section that the gold text never uses ("the minimum milkfat of colby" against the cheddar passage). A reader
     that never saw these reads a passage on the asked kind of thing as an answer for a subject the corpus does not
     cover (melatonin against the nighttime sleep-aid doses)."""
-    from services.scorer.reader import passages
-
     heading_df: dict[str, int] = {}
     text_df: dict[str, int] = {}
+    part_headings: dict[str, set[str]] = {}  # heading words by part: the neighbours a question could mean
     seen: set[str] = set()
     for r in rows:
         for h in [*r["sections"], *r["gold_hits"]]:
             if h.cfr_ref not in seen:
                 seen.add(h.cfr_ref)
-                for w in set(_WORD.findall(h.heading.lower())):
+                words = set(_WORD.findall(h.heading.lower()))
+                part_headings.setdefault(h.cfr_ref.rsplit(".", 1)[0], set()).update(words)
+                for w in words:
                     heading_df[w] = heading_df.get(w, 0) + 1
                 for w in set(_WORD.findall(h.text.lower())):
                     text_df[w] = text_df.get(w, 0) + 1
     # a subject's name: rare in headings and in the text ("colby", "henna", "earwax"), not a heading's everyday
     # word ("less", "money", "previously")
     rare = {w for w, n in heading_df.items() if n <= 3 and len(w) >= 5 and text_df.get(w, 0) <= max(3, 0.005 * len(seen))}
-    part_words: dict[str, set[str]] = {}  # rare heading words by part: the neighbours a question could mean
-    for r in rows:
-        for h in [*r["sections"], *r["gold_hits"]]:
-            part_words.setdefault(h.cfr_ref.rsplit(".", 1)[0], set()).update(
-                w for w in _WORD.findall(h.heading.lower()) if w in rare)
+    part_words = {part: words & rare for part, words in part_headings.items()}
     rng = random.Random(seed + 1)
     out: list[tuple[str, str, int]] = []
     for r in rows:
@@ -199,7 +203,7 @@ def _subject_swapped(rows: list[dict], seed: int) -> list[tuple[str, str, int]]:
         facts = [_norm(f) for f in r["facts"]]
         for gold in r["gold_hits"]:
             asked = sorted(w for w in set(_WORD.findall(gold.heading.lower())) & q_words & rare)
-            positive = next((p for p in passages(gold) if any(f in _norm(p) for f in facts)), None)
+            positive = next(iter(_answering_passages(gold, facts)), None)
             if not asked or positive is None:
                 continue
             gold_text = _norm(gold.text)

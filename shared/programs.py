@@ -48,6 +48,12 @@ class ProgramHome:
 # tax deductible", "deduct the food we donate ... on our federal taxes")
 TAX_DEDUCTION = (r"tax[- ]deducti\w+|\bdeduct\w*\b[^.?!]{0,80}\b(?:taxes|tax returns?|income tax\w*)|"
                  r"\b(?:taxes|tax returns?|income tax\w*)\b[^.?!]{0,60}\bdeduct")
+_TAX_DEDUCTION = re.compile(TAX_DEDUCTION, re.I)
+
+
+def asks_tax_deduction(question: str) -> bool:
+    """Whether the question asks if an expense is deductible on taxes."""
+    return _TAX_DEDUCTION.search(question) is not None
 
 
 def _p(family: str, name: str, title: int, parts: tuple[str, ...], pattern: str) -> ProgramHome:

@@ -46,7 +46,7 @@ from shared.messages import (
     RetrieveResult,
     SentenceSupport,
 )
-from shared.programs import TAX_DEDUCTION, states_named, states_ruling
+from shared.programs import asks_tax_deduction, states_named, states_ruling
 from shared.scoping import cfr_wording, substance_words
 
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence
@@ -78,6 +78,8 @@ from services.scorer.support import (
     term_coverage,
     tokens,
 )
+
+from services.scorer.reader import passage_body
 
 if TYPE_CHECKING:
     from services.scorer.reader import AnswerReader, Reading
@@ -412,7 +414,6 @@ _INITIALISM = re.compile(r"[A-Z]{2,5}s?")
 # families whose naming is the question's ask whatever held program it mentions: "the half-life of
 # diphenhydramine in a sleep aid", "which pharmacies were fined by the DEA"
 ASKED_AS_SUCH = frozenset({"general-knowledge", "events"})
-_ASKS_TAX_DEDUCTION = re.compile(TAX_DEDUCTION, re.I)
 _JOINING = re.compile(
     r"\b(?:eligible|eligibility|qualify|qualified|qualifies|apply|applying|enroll|enrolling|sign(?:ed|ing)? up|"
     r"get|getting|receive|receiving|benefits?|approved)\s+(?:for|in|into|from|to)\s+(?:the\s+)?(?:[\w-]+\s+){0,2}$",
@@ -510,8 +511,8 @@ _ASKS_FOR_A_LIMIT = re.compile(r"\b(?:max(?:imum)?|cap|upper limit|most|highest|
 
 
 def limit_held_elsewhere(question: str, hit: Hit, key: set[str], held: frozenset[str]) -> tuple[str, str] | None:
-    """(the section not held, the sentence) when the question asks for a limit and the hit's sentence about it
-    sets the limit only by reference to a section this corpus does not hold."""
+    """(the section not held, the words that refer to it) when the question asks for a limit and the hit's sentence
+    about it sets the limit only by reference to a section this corpus does not hold."""
     if not _ASKS_FOR_A_LIMIT.search(question):
         return None
     for sentence in split_sentences(hit.text):
@@ -840,7 +841,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # subject ("the half-life of diphenhydramine" in a nighttime sleep-aid)
     if unheld and held_named and not cited_existing:
         unheld = [p for p in unheld if p.family in ASKED_AS_SUCH or asked_to_join(question, p.said)
-                  or (p.family == "irs" and _ASKS_TAX_DEDUCTION.search(question))]
+                  or (p.family == "irs" and asks_tax_deduction(question))]
         held_named = not unheld
     if unheld and not held_named:
         federal = [p for p in unheld if p.title]
@@ -1213,7 +1214,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
                 f"answer to {_short_question(question)}, so no regulation here answers it.",
                 [_evidence(closest, detail=f"closest passage, read as an answer with probability "
                                            f"{reading.probability:.2f} (below {th.reader_min_probability:.2f}): "
-                                           f"{_short_question(reading.passage.removeprefix(f'{closest.cfr_ref} {closest.heading}: '), 200)}")]
+                                           f"{_short_question(passage_body(closest, reading.passage), 200)}")]
                 + [_evidence(h, detail="also read; states no answer") for h in read if h is not closest],
                 signals,
             )

@@ -44,8 +44,17 @@ def passages(hit: Hit, max_words: int = WINDOW_WORDS) -> list[str]:
         words += n
     if current:
         out.append(" ".join(current))
-    head = f"{hit.cfr_ref} {hit.heading}"
+    head = _head(hit)
     return [f"{head}: {w}" for w in out] or [head]
+
+
+def _head(hit: Hit) -> str:
+    return f"{hit.cfr_ref} {hit.heading}"
+
+
+def passage_body(hit: Hit, passage: str) -> str:
+    """A passage of ``hit`` without the "<cfr_ref> <heading>: " the reader reads it with."""
+    return passage.removeprefix(f"{_head(hit)}: ")
 
 
 def closest_passages(question: str, hit: Hit, n: int) -> list[str]:
