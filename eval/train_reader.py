@@ -129,8 +129,8 @@ def _answering_passages(hit, facts: list[str]) -> list[str]:
     return [p for p in passages(hit) if any(f in _norm(p) for f in facts)]
 
 
-def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0,
-                   subject_swap: bool = True, hard_negatives: bool = True) -> list[tuple[str, str, int]]:
+def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0, subject_swap: bool = True,
+                   hard_negatives: bool = True, fact_removed: bool = True) -> list[tuple[str, str, int]]:
     from services.scorer.reader import closest_passages as closest, passages
 
     pairs: list[tuple[str, str, int]] = []
@@ -150,6 +150,8 @@ def training_pairs(rows: list[dict], off_topic: bool = True, seed: int = 0,
         pairs += [(q, p, 0) for h in others for p in closest(q, h, 1)]
     if subject_swap:
         pairs += _subject_swapped(rows, seed)
+    if fact_removed:
+        pairs += _fact_removed(rows)
     if off_topic:
         # an answer to another question, from another part: the handed sections are never this far off, but a
         # reader that never saw it scores answer-shaped text ("Directions: do not exceed ...") for any question
@@ -220,9 +222,64 @@ def _subject_swapped(rows: list[dict], seed: int) -> list[tuple[str, str, int]]:
     return out
 
 
+def _without_fact(hit, facts: list[str], max_words: int) -> str | None:
+    """The passage of ``hit`` that would answer, with every sentence stating a gold fact, or one of its figures,
+    left out and the window refilled from the sentences around it; None when nothing of the section is left or
+    no single sentence holds the fact (then leaving sentences out could not be shown to remove it)."""
+    from services.scorer.reader import _head
+    from services.scorer.support import split_sentences
+    from shared.figures import figure_keys
+
+    sentences = split_sentences(hit.text)
+    fact_figures = set().union(*(figure_keys(f) for f in facts))
+    stating = [i for i, s in enumerate(sentences) if any(f in _norm(s) for f in facts)]
+    if not stating:
+        return None
+    kept = [i for i, s in enumerate(sentences)
+            if i not in stating and not (fact_figures and figure_keys(s) & fact_figures)]
+    # the window starts where the answer stood, so the reader sees the same neighbourhood of the section
+    kept = [i for i in kept if i >= stating[0] - 1] or kept
+    window: list[str] = []
+    for i in kept:
+        if window and len(" ".join(window).split()) + len(sentences[i].split()) > max_words:
+            break
+        window.append(sentences[i])
+    body = " ".join(window)
+    if len(body.split()) < 12 or any(f in _norm(body) for f in facts):
+        return None
+    return f"{_head(hit)}: {body}"
+
+
+def _fact_removed(rows: list[dict]) -> list[tuple[str, str, int]]:
+    """Negatives that differ from a positive only in the fact: the answerable question against its gold section
+    with the sentences stating the answer taken out. The questions that still slip past the rules ask a held
+    subject for a fact its sections leave out (a minimum age on the donor-eligibility section, a caffeine cap on the
+    caffeine GRAS entry); the other negatives all change the subject, so without these the reader learns to hear
+    the subject and not whether the fact is there."""
+    from services.scorer.reader import WINDOW_WORDS
+
+    from shared.figures import figure_keys
+
+    out: list[tuple[str, str, int]] = []
+    for r in rows:
+        # one fact asked, and a figure: then the section without it certainly does not answer (a question asking
+        # two things, or what a cited section "says", is still partly answered by what is left)
+        if r["kind"] not in ("fact", "sibling") or r.get("cited") or not r["facts"]:
+            continue
+        if not all(figure_keys(f) for f in r["facts"]):
+            continue
+        facts = [_norm(f) for f in r["facts"]]
+        for gold in r["gold_hits"]:
+            passage = _without_fact(gold, facts, WINDOW_WORDS)
+            if passage:
+                out.append((r["question"], passage, 0))
+                break
+    return out
+
+
 def train(rows: list[dict], out: Path, *, epochs: float = 1.0, lr: float = 4e-5, max_tokens: int = 224,
           seed: int = 0, off_topic: bool = True, tune_from: int = TUNED_LAYERS_FROM, subject_swap: bool = True,
-          hard_negatives: bool = True) -> dict:
+          hard_negatives: bool = True, fact_removed: bool = True) -> dict:
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -233,7 +290,7 @@ def train(rows: list[dict], out: Path, *, epochs: float = 1.0, lr: float = 4e-5,
     torch.manual_seed(seed)
     torch.set_num_threads(available_cores())
     rng = random.Random(seed)
-    pairs = training_pairs(rows, off_topic, seed, subject_swap, hard_negatives)
+    pairs = training_pairs(rows, off_topic, seed, subject_swap, hard_negatives, fact_removed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir())
     model = AutoModelForSequenceClassification.from_pretrained(model_dir(), num_labels=1)
     base = {k: v.clone() for k, v in model.state_dict().items()}
@@ -320,6 +377,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="validate: read only questions below this relevance (default: the scorer's)")
     ap.add_argument("--no-subject-swap", dest="subject_swap", action="store_false")
     ap.add_argument("--no-hard-negatives", dest="hard_negatives", action="store_false")
+    ap.add_argument("--no-fact-removed", dest="fact_removed", action="store_false",
+                    help="train without the gold passages whose answering sentences are taken out")
     ap.add_argument("--no-off-topic", dest="off_topic", action="store_false",
                     help="train without the off-topic negatives (the reader shipped before they were added)")
     ap.add_argument("--json", type=Path, default=None, help="validate: write the table and per-question scores here")
@@ -338,7 +397,8 @@ def main(argv: list[str] | None = None) -> None:
         blind = set(filter(None, args.blind.split(",")))
         report = train([r for r in rows if r["set"] not in held_out | blind], out, epochs=args.epochs,
                        off_topic=args.off_topic, tune_from=args.tune_from, lr=args.lr,
-                       subject_swap=args.subject_swap, hard_negatives=args.hard_negatives)
+                       subject_swap=args.subject_swap, hard_negatives=args.hard_negatives,
+                       fact_removed=args.fact_removed)
         print(json.dumps({**report, "weights": str(out), "held_out": sorted(held_out)}))
         return
     result = validate([r for r in rows if r["set"] in held_out], out, args.top_n, args.max_relevance)

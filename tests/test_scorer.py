@@ -359,6 +359,9 @@ def test_not_found_names_a_name_no_section_mentions():
     ("With the new egg farm rules, are egg prices going to keep going up?", "going to keep going up"),
     ("Honestly, is the senior food box even worth the trouble of signing up?", "worth the trouble"),
     ("Mom was invited to join a drug trial. Is it worth the risk for her to enroll?", "worth the risk"),
+    ("I'm 65 and still working. Should I sign up for Part B now or wait until I retire?", "Should I sign"),
+    ("was the IRB's decision fair or should I fight it?", "or should I fight"),
+    ("should i tell the snap office my roommate sells her ebt benefits?", "should i tell"),
 ])
 def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
     assert judgement_asked(question) == words
@@ -375,6 +378,10 @@ def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question,
     "How long is a can of peaches good after the best-by date?",
     "How much notice should the agency give before it ends his CSFP certification?",
     "Which cheese is made from skim milk under part 133?",
+    # a wh-word before the modal asks the rule; "should we keep/report/label" asks a duty
+    "What's the dose of the nighttime sleep aid, and when should I stop taking it and see a doctor?",
+    "Should we keep the pseudoephedrine logbook for two years?",
+    "Should I report my new job to the SNAP office?",
 ])
 def test_a_question_about_rules_is_not_taken_for_a_judgement(question):
     assert judgement_asked(question) is None
@@ -417,6 +424,31 @@ def test_a_limit_the_section_leaves_to_a_section_not_held_is_not_found():
     res = pre_gate("Can FNS charge my store a civil money penalty instead of a disqualification for hardship?",
                    retrieval_of(_penalty_section()), corpus_stats=held)
     assert res.refusal is None or "3.91" not in res.refusal.message
+
+
+# 7 CFR 272.17(a), verbatim: what counts as "substantial" is defined in 7 CFR 273.11(r), which this corpus does not hold
+LOTTERY = ("(a) General. Each State agency, to the maximum extent practicable, shall establish cooperative agreements "
+           "with gaming entities within their State to identify members of certified households who have won "
+           "substantial lottery or gambling winnings as defined in § 273.11(r).")
+
+
+def test_a_figure_only_a_section_not_held_defines_is_not_found():
+    section = make_hit("21 CFR 133.113", 0.74, 1, cfr_ref="7 CFR 272.17", title=7, part="272", section="272.17",
+                       heading="Substantial lottery or gambling winnings", text=LOTTERY, paragraphs=[])
+    held = CorpusStats.from_texts([LOTTERY], refs=["7 CFR 272.17"])
+    question = "How big a lottery win gets a SNAP household cut off?"
+    res = pre_gate(question, retrieval_of(section), corpus_stats=held)
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "it leaves it to “as defined in § 273.11(r)”" in res.refusal.message
+    assert [e.cfr_ref for e in res.refusal.evidence] == ["7 CFR 272.17", "7 CFR 273.11"]
+    # the section answers what it does say (that States match winnings with gaming entities), and a sentence about
+    # the subject that states a figure is read, not deferred
+    res = pre_gate("Does the state have to check SNAP households against lottery winners?", retrieval_of(section),
+                   corpus_stats=held)
+    assert res.refusal is None or "273.11" not in res.refusal.message
+    stated = section.model_copy(update={"text": LOTTERY + " A household that wins a lottery prize of $4,250 or more loses eligibility."})
+    res = pre_gate(question, retrieval_of(stated), corpus_stats=held)
+    assert res.refusal is None or "273.11" not in res.refusal.message
 
 
 def test_a_cited_existing_section_is_never_not_found():
@@ -871,6 +903,14 @@ def test_a_measure_none_of_the_best_sections_gives_is_not_found():
     # "how long" is answered in words as often as in figures ("the eighth consecutive month"): not a measure
     assert asked_measure("How long is the special enrollment period?") is None
     assert asked_measure("What is the minimum milkfat of gouda?") is None
+    # an age: a person's ("60 years of age", "children under 12 years") or a food's ("cured for 60 days")
+    assert asked_measure("how old do you have to be to donate blood") == "age"
+    assert asked_measure("What's the minimum age for gruyere?") == "age"
+    assert gives_measure("Persons 60 years of age and older are eligible.", "age")
+    assert gives_measure("Children under 12 years: ask a doctor.", "age")
+    assert gives_measure("Swiss cheese is at least 60 days old.", "age")
+    assert gives_measure("The cheese is held for 3 weeks at 50 °F.", "age")
+    assert not gives_measure("The donor must not have donated within the past 8 weeks.", "age")
     assert gives_measure(GOUDA, "concentration") is False and gives_measure("at most 20 ppb", "concentration")
     res = pre_gate("How many calories are in a slice of gouda?", retrieval_of())
     assert res.refusal is not None and res.refusal.reason == "not_found"

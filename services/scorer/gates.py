@@ -396,7 +396,18 @@ _ASKS_FOR_MEASURE = [
     for measure, words in _MEASURE_WORDS
 ] + [("temperature", re.compile(r"\bwhat temperature\b|\bhow (?:hot|cold)\b", re.I)),
      # not "how long": a rule gives durations in words as often as in figures ("the eighth consecutive month")
-     ("time", re.compile(r"\bhow many (?:days|weeks|months|years|hours|minutes)\b", re.I))]
+     ("time", re.compile(r"\bhow many (?:days|weeks|months|years|hours|minutes)\b", re.I)),
+     ("age", re.compile(r"\bhow old\b|\b(?:minimum|maximum|what|which|legal|youngest|oldest) age\b|"
+                        r"\bage (?:limit|requirement|cut-?off|minimum|restriction)s?\b|\bold enough\b", re.I))]
+# an age a section sets: "65 years of age", "age 18", "children under 12 years", "adults 12 years and over"
+_STATES_AGE = re.compile(
+    r"\b(?:age[ds]?|age of)\s+\d+|\bage\b[^.]{0,40}?\b\d+\s*(?:years?|months?)\b|"
+    r"\b\d+\s*(?:years?|yrs?\.?|months?|weeks?|days?)(?:\s+of\s+age|\s+old|\s+(?:or|and)\s+(?:older|over|"
+    r"above|younger|under))|\b(?:under|over|younger than|older than|below|above)\s+(?:the\s+age\s+of\s+)?\d+\s*"
+    r"(?:years?|months?)\b|\b\d+\s+(?:to|through|-)\s+(?:under\s+)?\d+\s+years?\b|"
+    r"\b(?:birthday|minors?|juveniles?)\b|"
+    # how old a food must be: "cured for not less than 60 days"
+    r"\b(?:cured|ripened|aged|stored|held)\b[^.]{0,40}?\b\d+\s*(?:days?|weeks?|months?)\b", re.I)
 
 
 def asked_measure(question: str) -> str | None:
@@ -406,6 +417,8 @@ def asked_measure(question: str) -> str | None:
 
 def gives_measure(text: str, measure: str) -> bool:
     """Whether the text states a figure in one of the measure's units."""
+    if measure == "age":
+        return bool(_STATES_AGE.search(text))
     units = _MEASURES[measure]
     return any(f.unit in units for f in extract_figures(text))
 
@@ -488,13 +501,18 @@ _JUDGEMENT = re.compile("|".join((
     r"\bany chance\b",
     r"\bdoing a good job\b",
     r"\bworth (?:it|the (?:trouble|hassle|effort|money|cost|time|risks?))\b",
+    # advice asked as a yes/no "should I/we …", not a rule's "how much notice should he get" or "when should I
+    # stop taking it" (a wh-word before the modal), nor a duty asked as "should we keep/report/label …"
+    r"(?:^|[.?!;:]\s+|,\s*|\b(?:or|and|so|then|but)\s+)(?:(?:honestly|really|just|now),?\s+)?should\s+(?:i|we)\s+"
+    r"(?:(?:just|still|really|even|also)\s+)?(?!(?:report|keep|file|notify|label|register|submit|record|retain|declare|"
+    r"list|disclose|include|call|use|pay|charge|apply|be|have|tell\s+(?:the\s+)?(?:customers?|buyers?|patients?))\b)\w+",
 )), re.I)
 
 
 def judgement_asked(question: str) -> str | None:
     """The words by which the question asks for a judgement, a recommendation or a forecast, if it does."""
     match = _JUDGEMENT.search(question)
-    return match.group(0) if match else None
+    return match.group(0).strip(" .,;:?!") if match else None
 
 
 # a limit the section leaves to another: "a civil money penalty of up to an amount specified in § 3.91(b)(3)(i) of
@@ -506,19 +524,44 @@ _LIMIT_ELSEWHERE = re.compile(
     r"(?:\s+of\s+this\s+(?:title|chapter))?",
     re.I,
 )
+# what the section leaves to another to define or set: "substantial lottery or gambling winnings as defined in
+# § 273.11(r)"
+_DEFINED_ELSEWHERE = re.compile(
+    r"(?:as\s+)?(?:defined|specified|set forth|set out|established|prescribed|determined)\s+(?:in|under|at)\s+"
+    r"§+\s*(?P<section>\d+[a-z]?\.\d+[a-z]?)(?:\([^)]*\))*(?:\s+of\s+this\s+(?:title|chapter))?",
+    re.I,
+)
+_ASKS_FOR_AN_AMOUNT = re.compile(
+    r"\bhow (?:much|many|big|large|high|low)\b|\b(?:dollars?|cut-?offs?|thresholds?|limits?|amounts?|maximum|minimum|"
+    r"caps?)\b", re.I)
 _ASKS_FOR_A_LIMIT = re.compile(r"\b(?:max(?:imum)?|cap|upper limit|most|highest|up to|how much (?:can|could|may|will))\b",
                                re.I)
 
 
 def limit_held_elsewhere(question: str, hit: Hit, key: set[str], held: frozenset[str]) -> tuple[str, str] | None:
-    """(the section not held, the words that refer to it) when the question asks for a limit and the hit's sentence
-    about it sets the limit only by reference to a section this corpus does not hold."""
-    if not _ASKS_FOR_A_LIMIT.search(question):
+    """(the section not held, the words that refer to it) when the hit leaves the figure asked for to a section
+    this corpus does not hold: a limit set "up to an amount specified in § 3.91", or a subject that only a section
+    not held defines ("substantial lottery or gambling winnings as defined in § 273.11(r)", with no figure in any
+    sentence about it)."""
+    sentences = split_sentences(hit.text)
+    if _ASKS_FOR_A_LIMIT.search(question):
+        for sentence in sentences:
+            for match in _LIMIT_ELSEWHERE.finditer(sentence):
+                target = f"{hit.title} CFR {match.group('section')}"
+                if target not in held and len(key & stem_set(sentence)) >= 2:
+                    return target, match.group(0)
+    # the figure asked is in what the section leaves to another: every sentence about the question's subject
+    # states no figure, and one of them defers to a section not held ("how is the rate set" asks the method, which
+    # the section may well give)
+    if not _ASKS_FOR_AN_AMOUNT.search(question):
         return None
-    for sentence in split_sentences(hit.text):
-        for match in _LIMIT_ELSEWHERE.finditer(sentence):
+    about = [sentence for sentence in sentences if len(key & stem_set(sentence)) >= 2]
+    if not about or any(extract_figures(sentence) for sentence in about):
+        return None
+    for sentence in about:
+        for match in _DEFINED_ELSEWHERE.finditer(sentence):
             target = f"{hit.title} CFR {match.group('section')}"
-            if target not in held and len(key & stem_set(sentence)) >= 2:
+            if target not in held:
                 return target, match.group(0)
     return None
 
@@ -1015,14 +1058,14 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             signals,
         )
 
-    # 6b''. a limit the best section leaves to a section not held ---------------------------------------------
+    # 6b''. a figure the best section leaves to a section not held --------------------------------------------
     if figure_question and corpus_stats is not None and corpus_stats.refs:
         elsewhere = limit_held_elsewhere(question, hits[0], q.key, corpus_stats.refs)
         if elsewhere:
             target, words = elsewhere
             return _refuse(
                 "not_found",
-                f"The question asks for a limit that {hits[0].cfr_ref} does not state itself: it sets it as “{words}”, "
+                f"The question asks for a figure that {hits[0].cfr_ref} does not state itself: it leaves it to “{words}”, "
                 f"and this corpus does not hold {target}, so no regulation here gives the figure.",
                 [_evidence(hits[0], detail=f"best match; gives the limit only as “{words}”"),
                  Evidence(cfr_ref=target, detail="where the figure is set; not in this corpus")],
@@ -1063,7 +1106,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     measure = asked_measure(question)
     if measure and not any(gives_measure(h.text, measure) for h in hits[: th.measure_top_n]):
         top = hits[0]
-        wanted = {"time": "a length of time", "calories": "a number of calories"}.get(measure, f"a {measure}")
+        wanted = {"time": "a length of time", "calories": "a number of calories", "age": "an age"}.get(measure, f"a {measure}")
         return _refuse(
             "not_found",
             f"The question asks for {wanted}, and none of the best-matching sections ({top.cfr_ref} and the next "
