@@ -451,6 +451,22 @@ def test_a_figure_only_a_section_not_held_defines_is_not_found():
     assert res.refusal is None or "273.11" not in res.refusal.message
 
 
+# 21 CFR 17.2, verbatim: the maximum penalties are tabled in another title
+PENALTY_TABLE = ("The maximum civil money penalties associated with the statutory provisions authorizing civil money "
+                 "penalties under the Federal Food, Drug, and Cosmetic Act or the Public Health Service Act can be found "
+                 "at 45 CFR part 102. The table of these maximum civil money penalties can be found at 45 CFR 102.3.")
+
+
+def test_a_figure_tabled_in_another_title_is_not_found():
+    section = make_hit("21 CFR 133.113", 0.76, 1, cfr_ref="21 CFR 17.2", title=21, part="17", section="17.2",
+                       heading="Maximum penalty amounts", text=PENALTY_TABLE, paragraphs=[])
+    held = CorpusStats.from_texts([PENALTY_TABLE], refs=["21 CFR 17.2"])
+    res = pre_gate("What is the maximum civil money penalty FDA can assess per violation against a food company?",
+                   retrieval_of(section), corpus_stats=held)
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "this corpus does not hold 45 CFR 102" in res.refusal.message
+
+
 def test_a_cited_existing_section_is_never_not_found():
     cited = CitationRef(raw="21 CFR 133.142", title=21, part="133", section="133.142", exists=True)
     retrieval = RetrieveResult(scope=Scope(citations=[cited]), hits=[make_hit("21 CFR 133.142", 0.12, 1)],
@@ -922,6 +938,17 @@ def test_a_measure_none_of_the_best_sections_gives_is_not_found():
     counted = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " A 1-ounce serving provides 110 calories.")
     res = pre_gate("How many calories are in a slice of gouda?", retrieval_of(counted))
     assert res.refusal is None or "calories" not in res.refusal.message
+
+
+def test_a_dollar_figure_in_an_example_is_not_an_amount_stated():
+    from services.scorer.gates import states_dollars
+
+    # 42 CFR 436.811(b): an example's "$400" is not the income standard
+    assert not states_dollars("The standard may not diminish by the number of persons in the unit (for example, if the "
+                              "income level in the standard for an assistance unit of two is set at $400, the income "
+                              "level for a unit of three may not be less than $400).")
+    assert not states_dollars("Income is counted monthly. For example, a household paid $200 weekly has $866 a month.")
+    assert states_dollars("The penalty is $1,000 for each violation (for example, a sale to a minor).")
 
 
 def test_a_states_own_rule_is_not_found_unless_a_section_names_the_state():

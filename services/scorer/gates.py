@@ -369,6 +369,14 @@ _ASKS_FOR_DOLLARS = re.compile(
     re.I,
 )
 _STATES_DOLLARS = re.compile(r"\$\s?\d|\bdollars?\b", re.I)
+# an illustration is not an amount: "(for example, if the income level ... is set at $400, ...)"
+_EXAMPLE = re.compile(r"\((?:for example|for instance|e\.g\.)[^()]*\)|(?:^|(?<=[.;:]\s))(?:for example|for instance|"
+                      r"example)\b[^.]*\.", re.I)
+
+
+def states_dollars(text: str) -> bool:
+    """Whether the text states a dollar amount other than in an example."""
+    return bool(_STATES_DOLLARS.search(_EXAMPLE.sub(" ", text)))
 
 
 # a measure the question asks for by its unit ("how many calories", "in parts per billion"), and the
@@ -527,9 +535,12 @@ _LIMIT_ELSEWHERE = re.compile(
 )
 # what the section leaves to another to define or set: "substantial lottery or gambling winnings as defined in
 # § 273.11(r)"
+# § 273.11(r)"; "The table of these maximum civil money penalties can be found at 45 CFR 102.3"
 _DEFINED_ELSEWHERE = re.compile(
-    r"(?:as\s+)?(?:defined|specified|set forth|set out|established|prescribed|determined)\s+(?:in|under|at)\s+"
-    r"§+\s*(?P<section>\d+[a-z]?\.\d+[a-z]?)(?:\([^)]*\))*(?:\s+of\s+this\s+(?:title|chapter))?",
+    r"(?:(?:as\s+)?(?:defined|specified|set forth|set out|established|prescribed|determined)|can be found|are found|"
+    r"are listed|is listed|are published|is published)\s+(?:in|under|at)\s+"
+    r"(?:(?P<title>\d+)\s+CFR\s+(?:part\s+)?|§+\s*)(?P<section>\d+[a-z]?(?:\.\d+[a-z]?)?)(?:\([^)]*\))*"
+    r"(?:\s+of\s+this\s+(?:title|chapter))?",
     re.I,
 )
 _ASKS_FOR_AN_AMOUNT = re.compile(
@@ -561,8 +572,9 @@ def limit_held_elsewhere(question: str, hit: Hit, key: set[str], held: frozenset
         return None
     for sentence in about:
         for match in _DEFINED_ELSEWHERE.finditer(sentence):
-            target = f"{hit.title} CFR {match.group('section')}"
-            if target not in held:
+            target = f"{match.group('title') or hit.title} CFR {match.group('section')}"
+            part_held = "." not in target and any(ref.startswith(target + ".") for ref in held)
+            if target not in held and not part_held:
                 return target, match.group(0)
     return None
 
@@ -1091,7 +1103,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             )
 
     # 6d. a dollar amount the best section does not state ------------------------------------------------------
-    if _ASKS_FOR_DOLLARS.search(question) and not _STATES_DOLLARS.search(hits[0].text):
+    if _ASKS_FOR_DOLLARS.search(question) and not states_dollars(hits[0].text):
         top = hits[0]
         return _not_found_beside(
             top,
