@@ -15,9 +15,10 @@ blind test set (``--blind``):
   for a not_found question (unless ``--no-hard-negatives``: four passages of each of five sections for a
   not_found question the rules let through, the reader's own work), the best passage of up to two non-gold sections
   handed for an answerable one, (unless ``--no-off-topic``) one answering passage of another question whose gold
-  is in other parts, and (unless ``--no-subject-swap``) the answerable question with the rare word it shares with
+  is in other parts, (unless ``--no-subject-swap``) the answerable question with the rare word it shares with
   its gold heading swapped for a neighbouring section's ("the minimum milkfat of colby" against the cheddar
-  passage) against its own answering passage.
+  passage) against its own answering passage, and (unless ``--no-fact-removed``) a one-figure question against its
+  gold section with the sentences stating the answer taken out.
 It fine-tunes all-MiniLM-L6-v2's top three layers (``--tune-from``), pooler and a one-logit head (bottom layers and
 embeddings frozen: they stay the wheel's, so only the tuned tensors are shipped, float16), one epoch, batch 16, AdamW
 lr 4e-5, linear warm-up/decay, class-weighted BCE, seed 0. On this 2-core machine it takes ~10-14 minutes.
