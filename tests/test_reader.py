@@ -172,10 +172,11 @@ def test_training_pairs_label_fact_passages_positive_and_the_rest_negative():
     assert not any(label for _, label in caf)
     eggs_neg = [p for q, p, label in pairs if q == q_eggs and label == 0]
     assert any(p.startswith("21 CFR 1306.04") for p in eggs_neg)  # another question's answer, another part
-    # the gold section is a negative only without its answer (below)
-    assert all("45 °F" not in p for p in eggs_neg if p.startswith("21 CFR 115.50"))
-    assert not any(p.startswith("21 CFR 115.50") for p in
-                   (p for q, p, label in training_pairs(rows, fact_removed=False) if q == q_eggs and label == 0))
+    assert not any(p.startswith("21 CFR 115.50") for p in eggs_neg)
+    # with the fact-removed negatives (below), the gold section is a negative only without its answer
+    with_removed = [p for q, p, label in training_pairs(rows, fact_removed=True) if q == q_eggs and label == 0]
+    assert [p for p in with_removed if p.startswith("21 CFR 115.50")]
+    assert all("45 °F" not in p for p in with_removed if p.startswith("21 CFR 115.50"))
     assert len(training_pairs(rows, off_topic=False)) == len(pairs) - 2
     # a not_found question the rules let through is read as production reads it: four passages of five sections
     hard = [dict(rows[1], outcome="proceed", sections=caffeine.hits[:5])]
@@ -205,8 +206,8 @@ def test_fact_removed_negatives_are_the_gold_section_without_the_answering_sente
     gold = next(h for h in retrieval.hits if h.cfr_ref == "21 CFR 133.165")
     row = {"question": question, "kind": "fact", "gold": [gold.cfr_ref], "facts": ["not less than 10 months"],
            "sections": retrieval.hits[:5], "gold_hits": [gold]}
-    with_them = training_pairs([row], off_topic=False, subject_swap=False)
-    without = training_pairs([row], off_topic=False, subject_swap=False, fact_removed=False)
+    with_them = training_pairs([row], off_topic=False, subject_swap=False, fact_removed=True)
+    without = training_pairs([row], off_topic=False, subject_swap=False)
     removed = [p for p in with_them if p not in without]
     assert len(removed) == 1
     q, passage, label = removed[0]
@@ -214,8 +215,8 @@ def test_fact_removed_negatives_are_the_gold_section_without_the_answering_sente
     assert "10 months" not in passage and len(passage.split()) >= 12
     # a question asking two things, or one without a figure, is still partly answered by what is left
     for other in ({"kind": "multi"}, {"facts": ["cured"]}, {"cited": True}):
-        assert training_pairs([{**row, **other}], off_topic=False, subject_swap=False) == \
-            training_pairs([{**row, **other}], off_topic=False, subject_swap=False, fact_removed=False)
+        assert training_pairs([{**row, **other}], off_topic=False, subject_swap=False, fact_removed=True) == \
+            training_pairs([{**row, **other}], off_topic=False, subject_swap=False)
 
 
 def test_a_story_shaped_question_the_relevance_rule_would_refuse_is_answered_when_a_passage_plainly_answers(reader):
