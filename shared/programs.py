@@ -44,16 +44,20 @@ class ProgramHome:
         return f"{self.title} CFR"
 
 
-# whether an expense is deductible is asked of tax law, whatever program the expense is for ("are Medicare premiums
-# tax deductible", "deduct the food we donate ... on our federal taxes")
-TAX_DEDUCTION = (r"tax[- ]deducti\w+|\bdeduct\w*\b[^.?!]{0,80}\b(?:taxes|tax returns?|income tax\w*)|"
-                 r"\b(?:taxes|tax returns?|income tax\w*)\b[^.?!]{0,60}\bdeduct")
-_TAX_DEDUCTION = re.compile(TAX_DEDUCTION, re.I)
+# whether an expense is deductible, or a benefit taxable, is asked of tax law, whatever program it is for ("are
+# Medicare premiums tax deductible", "deduct the food we donate ... on our federal taxes", "report my SNAP benefits as
+# income on my federal tax return")
+TAX_TREATMENT = (r"tax[- ]deducti\w+|\bdeduct\w*\b[^.?!]{0,80}\b(?:taxes|tax returns?|income tax\w*)|"
+                 r"\b(?:taxes|tax returns?|income tax\w*)\b[^.?!]{0,60}\bdeduct|"
+                 # whether a benefit is income to the IRS: "report my SNAP benefits as income on my tax return"
+                 r"\btaxable\b|\b(?:on|in) (?:my|our|your|his|her|their|a|the) (?:federal |state )?(?:income )?tax returns?\b|"
+                 r"\bpay (?:federal |state )?(?:income )?tax(?:es)? on\b")
+_TAX_TREATMENT = re.compile(TAX_TREATMENT, re.I)
 
 
-def asks_tax_deduction(question: str) -> bool:
-    """Whether the question asks if an expense is deductible on taxes."""
-    return _TAX_DEDUCTION.search(question) is not None
+def asks_tax_treatment(question: str) -> bool:
+    """Whether the question asks how taxes treat something: an expense deductible, a benefit taxable."""
+    return _TAX_TREATMENT.search(question) is not None
 
 
 def _p(family: str, name: str, title: int, parts: tuple[str, ...], pattern: str) -> ProgramHome:
@@ -327,7 +331,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"form (?:w-2|w-4|w-9|1099\S*|8300|941|990|1040|1065|1120\S*)|income tax\w*|tax returns?|tax-exempt|"
        r"\b501\s*\(c\)|depreciat\w+|payroll tax\w*|estimated tax\w*|capital gains?|tax deducti\w+|"
        r"deduct\w* (?:on|from) (?:my|our|your) taxes|tax credits?|\bhsa\b|health savings accounts?|"
-       r"\bdeduct (?:my|our|the) (?:home office|mileage|car|vehicle|expenses?)\b|home office deduction|" + TAX_DEDUCTION),
+       r"\bdeduct (?:my|our|the) (?:home office|mileage|car|vehicle|expenses?)\b|home office deduction|" + TAX_TREATMENT),
     _p("atf", "firearms, explosives and alcohol tax rules (ATF, TTB)", 27, (),
        r"\batf\b|\bttb\b|firearms?|\bffl\b|guns?\b|ammunition|explosives?|silencers?|suppressors?|"
        r"wine labels?|(?<!root )\bbeers?\b|distilled spirits|alcohol (?:labels?|labeling|permits?|excise)|brewer(?:y|ies)|"

@@ -362,6 +362,10 @@ def test_not_found_names_a_name_no_section_mentions():
     ("I'm 65 and still working. Should I sign up for Part B now or wait until I retire?", "Should I sign"),
     ("was the IRB's decision fair or should I fight it?", "or should I fight"),
     ("should i tell the snap office my roommate sells her ebt benefits?", "should i tell"),
+    ("For my arthritis, which is easier on the stomach, aspirin or naproxen?", "which is easier"),
+    ("What are the odds FDA grants our orphan-drug request?", "What are the odds"),
+    ("Do you think FDA will ban titanium dioxide in candy?", "Do you think FDA will"),
+    ("The pharmacist refused my early refill. Do I have grounds to sue the pharmacy?", "grounds to sue"),
 ])
 def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
     assert judgement_asked(question) == words
@@ -382,6 +386,7 @@ def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question,
     "What's the dose of the nighttime sleep aid, and when should I stop taking it and see a doctor?",
     "Should we keep the pseudoephedrine logbook for two years?",
     "Should I report my new job to the SNAP office?",
+    "Which is higher, the milkfat minimum for cheddar or for colby?",
 ])
 def test_a_question_about_rules_is_not_taken_for_a_judgement(question):
     assert judgement_asked(question) is None
@@ -894,6 +899,23 @@ def test_a_substance_no_section_lists_is_not_found_even_under_a_held_program():
     assert res.refusal is None or "Acme Dairy" not in res.refusal.message
 
 
+def test_an_absent_name_that_only_glosses_a_held_one_does_not_sink_the_question():
+    from services.scorer.gates import glossed
+
+    question = "what does ONDCP (the White House drug policy office) charge per hour to search for FOIA records?"
+    assert glossed(question, "White House", ["White House"])
+    assert not glossed(question, "ONDCP", ["ONDCP"])
+    # the word glossed is itself absent: the gloss does not rescue it
+    assert not glossed("Is BZP (the party drug benzylpiperazine) scheduled?", "benzylpiperazine", ["BZP", "benzylpiperazine"])
+    scope = Scope(names=["ONDCP", "White House"], absent_names=["White House"])
+    res = pre_gate(question, retrieval_of(make_hit("21 CFR 133.142", 0.7, 1), scope=scope), corpus_titles=[21])
+    assert res.refusal is None or "White House" not in res.refusal.message
+    scope = Scope(names=["White House"], absent_names=["White House"])
+    res = pre_gate("What does the White House charge for FOIA searches?",
+                   retrieval_of(make_hit("21 CFR 133.142", 0.7, 1), scope=scope), corpus_titles=[21])
+    assert res.refusal is not None and "“White House”" in res.refusal.message
+
+
 def test_an_inflation_adjusted_amount_the_text_does_not_state_is_not_found():
     question = "What is the inflation-adjusted maximum milkfat penalty for gouda, in dollars?"
     res = pre_gate(question, retrieval_of())
@@ -982,6 +1004,17 @@ def test_a_program_asked_for_is_not_found_when_only_the_askers_own_program_is_he
     question = "I already get WIC. Am I eligible for Medicaid too?"
     res = pre_gate(question, retrieval_of(scope=Scope(programs=programs)), corpus_titles=[7, 21, 42])
     assert res.refusal is None or "7 CFR part 246" not in res.refusal.message
+
+
+def test_whether_a_benefit_is_taxable_is_tax_law_too():
+    from shared.programs import asks_tax_treatment
+
+    assert asks_tax_treatment("Do I have to report my SNAP benefits as income on my federal tax return?")
+    assert asks_tax_treatment("Are WIC vouchers taxable?")
+    assert asks_tax_treatment("Do I pay income tax on Medicaid waiver payments for caring for my mother?")
+    # a sales tax at the register is a store's question under SNAP's rules (7 CFR 278.2)
+    assert not asks_tax_treatment("Can a grocery store charge sales tax on items I pay for with SNAP benefits?")
+    assert not asks_tax_treatment("customer is paying with SNAP at my register - am I supposed to add sales tax?")
 
 
 def test_whether_an_expense_is_tax_deductible_is_tax_law_whatever_program_it_is_for():

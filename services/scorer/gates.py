@@ -46,7 +46,7 @@ from shared.messages import (
     RetrieveResult,
     SentenceSupport,
 )
-from shared.programs import asks_tax_deduction, states_named, states_ruling
+from shared.programs import asks_tax_treatment, states_named, states_ruling
 from shared.scoping import cfr_wording, substance_words
 
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence
@@ -442,6 +442,19 @@ _JOINING = re.compile(
 )
 
 
+_PARENTHESIS = re.compile(r"(?P<before>[\w.-]+)\s*\((?P<inside>[^()]*)\)")
+
+
+def glossed(question: str, name: str, absent: list[str]) -> bool:
+    """Whether ``name`` only explains another word of the question in parentheses, a word the corpus does have:
+    "ONDCP (the White House drug policy office)" asks about ONDCP."""
+    for match in _PARENTHESIS.finditer(question):
+        if name.lower() in match.group("inside").lower():
+            before = match.group("before")
+            return not any(before.lower() in a.lower().split() for a in absent)
+    return False
+
+
 def asked_to_join(question: str, said: str) -> bool:
     """Whether the program the question names with ``said`` is the one it asks to qualify for, apply to or get
     ("am I eligible for WIC", "can I sign up for Medigap"), not the asker's situation ("I'm on Medicaid")."""
@@ -500,7 +513,10 @@ _JUDGEMENT = re.compile("|".join((
     r"\b(?:any|what are (?:my|our|the)|good) chances?\b",
     r"\brealistically\b",
     r"\b(?:safer|healthier)\b",
-    r"\bwhich (?:\w+ )?(?:is|works|would be|one is|would do) (?:better|safer|best|more for)\b",
+    # an evaluative comparison, not "which is higher, the cheddar or the colby minimum"
+    r"\bwhich (?:\w+ )?(?:is|works|would be|one is|would do|are) (?:(?:a lot|much|any) )?(?:better|worse|safer|best|"
+    r"more for|easier|harder|gentler|rougher|cheaper|stronger|weaker|riskier|less risky|more effective|less effective|"
+    r"smarter|wiser|nicer|tastier)\b",
     r"\bwhich is better\b",
     r"\bbest\b(?![- ](?:by|if|before|used))",
     r"\b(?:likely|going|expected) to (?:\w+ )?(?:ban|go(?:ing)? up|go(?:ing)? down|rise|fall|increase|decrease|drop|"
@@ -508,6 +524,10 @@ _JUDGEMENT = re.compile("|".join((
     r"\bprices? (?:go|going|will go|to go) (?:up|down)\b",
     r"\bwill \w+(?: \w+)? (?:go up|go down|rise|fall|drop)\b",
     r"\bany chance\b",
+    r"\b(?:the|what are the|any|good|bad) odds\b|\bodds (?:of|that|are)\b",
+    r"\bdo you think\b[^.?!]*\b(?:will|would|is going)\b|\bin your (?:opinion|view)\b",
+    # a private suit: the regulations here set what an agency does, not whether a pharmacy or a store can be sued
+    r"\bgrounds (?:to sue|for a (?:lawsuit|suit))\b|\b(?:sue|suing) (?:the|my|our|that|this|a|them|him|her)\b",
     r"\bdoing a good job\b",
     r"\bworth (?:it|the (?:trouble|hassle|effort|money|cost|time|risks?))\b",
     # advice asked as a yes/no "should I/we …", not a rule's "how much notice should he get" or "when should I
@@ -897,7 +917,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # subject ("the half-life of diphenhydramine" in a nighttime sleep-aid)
     if unheld and held_named and not cited_existing:
         unheld = [p for p in unheld if p.family in ASKED_AS_SUCH or asked_to_join(question, p.said)
-                  or (p.family == "irs" and asks_tax_deduction(question))]
+                  or (p.family == "irs" and asks_tax_treatment(question))]
         held_named = not unheld
     if unheld and not held_named:
         federal = [p for p in unheld if p.title]
@@ -926,7 +946,8 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # an initialism the text spells out instead ("DHA": dihydroxyacetone) does not sink a question whose other words
     # match a section well enough to pass the not_found rule on their own
     absent = [n for n in scope.absent_names
-              if not (_INITIALISM.fullmatch(n) and signals["relevance"] >= th.not_found_min_similarity)]
+              if not (_INITIALISM.fullmatch(n) and signals["relevance"] >= th.not_found_min_similarity)
+              and not glossed(question, n, scope.absent_names)]
     absent_substances = [n for n in absent if substance_words(n) == [n.lower()]]
     if absent and (absent_substances or not held_named) and not signals["specific_subject"]:
         names = _join([f"“{n}”" for n in absent])
