@@ -554,7 +554,6 @@ _LIMIT_ELSEWHERE = re.compile(
     re.I,
 )
 # what the section leaves to another to define or set: "substantial lottery or gambling winnings as defined in
-# § 273.11(r)"
 # § 273.11(r)"; "The table of these maximum civil money penalties can be found at 45 CFR 102.3"
 _DEFINED_ELSEWHERE = re.compile(
     r"(?:(?:as\s+)?(?:defined|specified|set forth|set out|established|prescribed|determined)|can be found|are found|"
@@ -1101,7 +1100,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
                 "not_found",
                 f"The question asks for a figure that {hits[0].cfr_ref} does not state itself: it leaves it to “{words}”, "
                 f"and this corpus does not hold {target}, so no regulation here gives the figure.",
-                [_evidence(hits[0], detail=f"best match; gives the limit only as “{words}”"),
+                [_evidence(hits[0], detail=f"best match; gives the figure only as “{words}”"),
                  Evidence(cfr_ref=target, detail="where the figure is set; not in this corpus")],
                 signals,
             )
@@ -1140,7 +1139,8 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     measure = asked_measure(question)
     if measure and not any(gives_measure(h.text, measure) for h in hits[: th.measure_top_n]):
         top = hits[0]
-        wanted = {"time": "a length of time", "calories": "a number of calories", "age": "an age"}.get(measure, f"a {measure}")
+        wanted = {"time": "a length of time", "calories": "a number of calories", "age": "an age"}.get(
+            measure, f"a {measure}")
         return _refuse(
             "not_found",
             f"The question asks for {wanted}, and none of the best-matching sections ({top.cfr_ref} and the next "
