@@ -957,6 +957,10 @@ def test_a_measure_none_of_the_best_sections_gives_is_not_found():
     res = pre_gate("How many calories are in a slice of gouda?", retrieval_of())
     assert res.refusal is not None and res.refusal.reason == "not_found"
     assert "a number of calories" in res.refusal.message and res.refusal.evidence[0].cfr_ref == "21 CFR 133.142"
+    assert "the best-matching section, 21 CFR 133.142, states none" in res.refusal.message
+    res = pre_gate("How many calories are in a slice of gouda?",
+                   retrieval_of(make_hit("21 CFR 133.142", 0.72, 1), make_hit("21 CFR 133.113", 0.70, 2)))
+    assert "none of the best-matching sections (21 CFR 133.142 and 21 CFR 133.113) states one" in res.refusal.message
     counted = make_hit("21 CFR 133.142", 0.71, 1, text=GOUDA + " A 1-ounce serving provides 110 calories.")
     res = pre_gate("How many calories are in a slice of gouda?", retrieval_of(counted))
     assert res.refusal is None or "calories" not in res.refusal.message

@@ -1138,14 +1138,15 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # a section that answers "how long", "how many grams" or "in parts per billion" states a figure in that unit
     measure = asked_measure(question)
     if measure and not any(gives_measure(h.text, measure) for h in hits[: th.measure_top_n]):
-        top = hits[0]
+        read = hits[: th.measure_top_n]
         wanted = {"time": "a length of time", "calories": "a number of calories", "age": "an age"}.get(
             measure, f"a {measure}")
+        where = (f"the best-matching section, {read[0].cfr_ref}, states none" if len(read) == 1 else
+                 f"none of the best-matching sections ({_join([h.cfr_ref for h in read])}) states one")
         return _refuse(
             "not_found",
-            f"The question asks for {wanted}, and none of the best-matching sections ({top.cfr_ref} and the next "
-            f"{min(len(hits), th.measure_top_n) - 1}) states one, so no regulation here gives that figure.",
-            [_evidence(h, detail=f"states no {measure} figure") for h in hits[: min(3, th.measure_top_n)]],
+            f"The question asks for {wanted}, and {where}, so no regulation here gives that figure.",
+            [_evidence(h, detail=f"states no {measure} figure") for h in read[:3]],
             signals,
         )
 
