@@ -225,11 +225,11 @@ def _subject_swapped(rows: list[dict], seed: int) -> list[tuple[str, str, int]]:
     return out
 
 
-def _without_fact(hit, facts: list[str], max_words: int) -> str | None:
+def _without_fact(hit, facts: list[str]) -> str | None:
     """The passage of ``hit`` that would answer, with every sentence stating a gold fact, or one of its figures,
     left out and the window refilled from the sentences around it; None when nothing of the section is left or
     no single sentence holds the fact (then leaving sentences out could not be shown to remove it)."""
-    from services.scorer.reader import _head
+    from services.scorer.reader import passage_body, passages
     from services.scorer.support import split_sentences
     from shared.figures import figure_keys
 
@@ -242,15 +242,13 @@ def _without_fact(hit, facts: list[str], max_words: int) -> str | None:
             if i not in stating and not (fact_figures and figure_keys(s) & fact_figures)]
     # the window starts where the answer stood, so the reader sees the same neighbourhood of the section
     kept = [i for i in kept if i >= stating[0] - 1] or kept
-    window: list[str] = []
-    for i in kept:
-        if window and len(" ".join(window).split()) + len(sentences[i].split()) > max_words:
-            break
-        window.append(sentences[i])
-    body = " ".join(window)
+    # one sentence a line, so the reader's own windowing splits them where they were split here
+    rest = hit.model_copy(update={"text": "\n".join(sentences[i] for i in kept)})
+    passage = passages(rest)[0]
+    body = passage_body(rest, passage)
     if len(body.split()) < 12 or any(f in _norm(body) for f in facts):
         return None
-    return f"{_head(hit)}: {body}"
+    return passage
 
 
 def _fact_removed(rows: list[dict]) -> list[tuple[str, str, int]]:
@@ -259,8 +257,6 @@ def _fact_removed(rows: list[dict]) -> list[tuple[str, str, int]]:
     subject for a fact its sections leave out (a minimum age on the donor-eligibility section, a caffeine cap on the
     caffeine GRAS entry); the other negatives all change the subject, so without these the reader learns to hear
     the subject and not whether the fact is there."""
-    from services.scorer.reader import WINDOW_WORDS
-
     from shared.figures import figure_keys
 
     out: list[tuple[str, str, int]] = []
@@ -273,7 +269,7 @@ def _fact_removed(rows: list[dict]) -> list[tuple[str, str, int]]:
             continue
         facts = [_norm(f) for f in r["facts"]]
         for gold in r["gold_hits"]:
-            passage = _without_fact(gold, facts, WINDOW_WORDS)
+            passage = _without_fact(gold, facts)
             if passage:
                 out.append((r["question"], passage, 0))
                 break

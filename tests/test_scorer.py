@@ -407,10 +407,16 @@ PENALTY_IN_LIEU = ("(g) Criteria for civil money penalty for hardship and transf
                    "cause hardship to participating households.")
 
 
+def verbatim_section(cfr_ref: str, heading: str, text: str, similarity: float) -> Hit:
+    """The best hit: a real section, quoted, outside the fixture's constructed ones."""
+    title, _, section = cfr_ref.split()
+    return make_hit("21 CFR 133.113", similarity, 1, cfr_ref=cfr_ref, title=int(title), part=section.split(".")[0],
+                    section=section, heading=heading, text=text, paragraphs=[])
+
+
 def _penalty_section() -> Hit:
-    return make_hit("21 CFR 133.113", 0.72, 1, cfr_ref="7 CFR 278.6", title=7, part="278", section="278.6",
-                    heading="Disqualification of retail food stores and wholesale food concerns, and imposition of "
-                            "civil money penalties in lieu of disqualifications", text=PENALTY_IN_LIEU, paragraphs=[])
+    return verbatim_section("7 CFR 278.6", "Disqualification of retail food stores and wholesale food concerns, and "
+                            "imposition of civil money penalties in lieu of disqualifications", PENALTY_IN_LIEU, 0.72)
 
 
 def test_a_limit_the_section_leaves_to_a_section_not_held_is_not_found():
@@ -438,8 +444,7 @@ LOTTERY = ("(a) General. Each State agency, to the maximum extent practicable, s
 
 
 def test_a_figure_only_a_section_not_held_defines_is_not_found():
-    section = make_hit("21 CFR 133.113", 0.74, 1, cfr_ref="7 CFR 272.17", title=7, part="272", section="272.17",
-                       heading="Substantial lottery or gambling winnings", text=LOTTERY, paragraphs=[])
+    section = verbatim_section("7 CFR 272.17", "Substantial lottery or gambling winnings", LOTTERY, 0.74)
     held = CorpusStats.from_texts([LOTTERY], refs=["7 CFR 272.17"])
     question = "How big a lottery win gets a SNAP household cut off?"
     res = pre_gate(question, retrieval_of(section), corpus_stats=held)
@@ -463,8 +468,7 @@ PENALTY_TABLE = ("The maximum civil money penalties associated with the statutor
 
 
 def test_a_figure_tabled_in_another_title_is_not_found():
-    section = make_hit("21 CFR 133.113", 0.76, 1, cfr_ref="21 CFR 17.2", title=21, part="17", section="17.2",
-                       heading="Maximum penalty amounts", text=PENALTY_TABLE, paragraphs=[])
+    section = verbatim_section("21 CFR 17.2", "Maximum penalty amounts", PENALTY_TABLE, 0.76)
     held = CorpusStats.from_texts([PENALTY_TABLE], refs=["21 CFR 17.2"])
     res = pre_gate("What is the maximum civil money penalty FDA can assess per violation against a food company?",
                    retrieval_of(section), corpus_stats=held)
