@@ -90,6 +90,7 @@ class Stack:
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         child = self.children.setdefault(name, Child(name, logs / f"{name}.log"))
+        rotate_log(child.log_path)
         log_file = open(child.log_path, "ab")  # noqa: SIM115 - handed to the child
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
         child.process = subprocess.Popen([sys.executable, "-m", f"services.{name}"], stdout=log_file,
@@ -168,6 +169,15 @@ async def ingest_with_progress(settings: Settings, request, say=print) -> dict:
         bar.close()
         await pool.close()
     return record
+
+
+def rotate_log(path: Path, max_bytes: int = 20 * 1024 * 1024) -> bool:
+    """Start a service's log afresh once it outgrows ``max_bytes``, keeping the previous one as ``<name>.log.1``:
+    a log appended to by every `regs up` and eval run reached 46 MB. True when it rotated."""
+    if not path.exists() or path.stat().st_size < max_bytes:
+        return False
+    path.replace(path.with_name(path.name + ".1"))
+    return True
 
 
 def wait_ready(url: str, timeout: float, children: dict[str, Child]) -> dict | None:

@@ -1,4 +1,4 @@
-"""The embedded Redis keeps its append-only file in proportion to the data it holds, across restarts."""
+"""The embedded servers and service logs stay in proportion to what they hold, across restarts."""
 from __future__ import annotations
 
 import redis
@@ -52,3 +52,17 @@ def test_a_log_in_proportion_to_its_data_is_left_alone(tmp_path):
         assert server.aof_file.stat().st_size == before
     finally:
         server.stop()
+
+
+def test_a_service_log_is_rotated_once_it_outgrows_its_bound(tmp_path):
+    from shared.supervisor import rotate_log
+
+    log = tmp_path / "scorer.log"
+    log.write_bytes(b"old line\n" * 100)
+    assert rotate_log(log, max_bytes=10_000) is False and log.stat().st_size == 900
+    log.write_bytes(b"old line\n" * 2000)
+    assert rotate_log(log, max_bytes=10_000) is True
+    assert not log.exists() and (tmp_path / "scorer.log.1").read_bytes().startswith(b"old line")
+    log.write_bytes(b"newer\n" * 2000)
+    assert rotate_log(log, max_bytes=10_000) is True  # the one before is replaced: two logs at most
+    assert (tmp_path / "scorer.log.1").read_bytes().startswith(b"newer")
