@@ -1166,3 +1166,48 @@ def test_heldout13_wording_health_advice_locators_state_programs_and_this_years_
     assert yearly_amount_year("What is the Medicare Part A deductible per benefit period this year?", 2026) == "2026"
     assert yearly_amount_year("What will next year's Part B premium be?", 2026) == "2027"
     assert yearly_amount_year("How long is the enrollment period this year?", 2026) is None
+
+
+# --------------------------------------------------------------------------------------------
+# divergent needs siblings stating one requirement, not a part's sections sharing a heading word
+# --------------------------------------------------------------------------------------------
+CORPUS_DIR = Path(__file__).resolve().parents[1] / "data" / "corpus"
+
+
+def parsed_hits(file_name: str, *sections: str) -> list[Hit]:
+    """Hits for real sections parsed from a shipped corpus file, in the order given (similarity 0.6 to 0.5)."""
+    from services.ingest.parsing import parse_file
+
+    parsed = {s.section: s for s in parse_file(CORPUS_DIR / file_name) if s.section in sections}
+    return [Hit(cfr_ref=parsed[n].cfr_ref, title=parsed[n].title, part=parsed[n].part, section=n,
+                heading=parsed[n].heading, text=parsed[n].text, score=1.0 / (61 + i), similarity=0.6 - 0.02 * i,
+                rank=i + 1, status="active", version_id=i + 1, source_date=parsed[n].source_date,
+                matched_by=["dense", "fulltext"])
+            for i, n in enumerate(sections)]
+
+
+@pytest.mark.parametrize("question, file_name, sections", [
+    ("My state's Medicaid charges copays on prescriptions. Our family income is a bit over 150% of poverty and one "
+     "of my meds is non-preferred. How much can they charge me for it, and is there any overall cap on what my "
+     "family pays?", "TheAxiomFoundation_axiom-corpus__title-42-part-447.xml.gz", ("447.52", "447.53", "447.56")),
+    ("When I turn 65, how long is my first window to sign up for Medicare Part B?",
+     "TheAxiomFoundation_axiom-corpus__title-42-part-406.xml.gz", ("406.21", "406.11", "406.22")),
+])
+def test_sections_of_one_part_stating_figures_for_different_things_are_not_divergent(question, file_name, sections):
+    hits = parsed_hits(file_name, *sections)
+    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=hits, mode="hybrid", top_k=10, embedding_model="m"))
+    assert res.refusal is None or res.refusal.reason != "divergent", res.refusal.message
+
+
+def test_a_cheese_standard_worded_differently_is_still_a_divergent_sibling():
+    from services.scorer.gates import same_requirement
+
+    cheddar = ["The minimum milkfat content is 50 percent by weight of the solids"]
+    hard = ["and their solids contain not less than 50 percent of milkfat, as determined by the methods "
+            "prescribed in § 133.5 (a), (b)"]
+    gruyere = ["The minimum milkfat content is 45 percent by weight of the solids and the maximum moisture content "
+               "is 39 percent by weight, as determined by the methods described in § 133.5"]
+    copays = ["Non-Preferred Drugs | 8 | 20% of the cost the agency pays."]
+    assert same_requirement(hard, gruyere, {"hard"}, {"gruyer"}, 0.3)
+    assert same_requirement(cheddar, gruyere, {"cheddar"}, {"gruyer"}, 0.3)
+    assert not same_requirement(cheddar, copays, {"cheddar"}, {"drug"}, 0.3)

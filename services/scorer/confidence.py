@@ -78,6 +78,8 @@ class ScorerThresholds:
     measure_top_n: int = 2  # best hits searched for a figure in the unit a question asks for ("how many calories")
     sibling_similarity_window: float = 0.12  # siblings within this cosine of the best sibling
     min_siblings: int = 2
+    # divergent siblings state their figures in clauses sharing this share of their words (names and figures aside)
+    sibling_min_shared_wording: float = 0.3
     figure_window_tokens: int = 10  # a figure belongs to a key term within this many tokens
     conflict_similarity_window: float = 0.12  # both conflicting hits within this of the top hit
     conflict_min_similarity_over_threshold: float = 0.05  # and this far above the not_found threshold

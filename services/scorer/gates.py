@@ -318,6 +318,33 @@ def primary_figures(text: str, key_stems: set[str], anchors: list[Figure], windo
     return out, best
 
 
+def primary_clauses(text: str, key_stems: set[str], anchors: list[Figure], window: int = 10) -> list[str]:
+    """The clauses ``primary_figures`` takes its figures from."""
+    found = relevant_figures(text, key_stems, anchors, window)
+    if any(h.anchored for h in found):
+        found = [h for h in found if h.anchored]
+    best = max((h.overlap for h in found), default=0)
+    return list(dict.fromkeys(h.clause for h in found if h.overlap == best))
+
+
+def _wording(clause: str, own_name: set[str]) -> set[str]:
+    """A clause's words without its figures and without the words naming its own section's subject."""
+    return {s for s in stem_set(clause) if not any(ch.isdigit() for ch in s)} - own_name
+
+
+def same_requirement(a: list[str], b: list[str], own_a: set[str], own_b: set[str], min_share: float) -> bool:
+    """Whether two sections state their figures in clauses worded alike once their names are set aside, as
+    sibling standards do ("the minimum milkfat content is 50 percent by weight of the solids" in Cheddar, "... 46
+    percent ..." in Gouda), unlike sections of one part that state figures for different things (the cost-sharing
+    sections' 100 percent of poverty and 20 percent of the cost of a drug)."""
+    for clause_a in a:
+        for clause_b in b:
+            wa, wb = _wording(clause_a, own_a), _wording(clause_b, own_b)
+            if wa and wb and len(wa & wb) / len(wa | wb) >= min_share:
+                return True
+    return False
+
+
 def term_figures(text: str, key_stems: set[str], anchors: list[Figure], th: ScorerThresholds) -> dict:
     """Figures of ``text`` for the question's terms, grouped by the question terms their clause holds
     (``frozenset`` of stems, or ``{"#anchor"}`` for clauses holding the question's own figure); only clauses that
@@ -1203,6 +1230,15 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             figs, _ = primary_figures(m.text, key, q.anchors, th.figure_window_tokens)
             if figs:
                 per_member.append((m, figs))
+        if len(per_member) >= 2 and figure_question:
+            # siblings diverge on one requirement; a part's sections that share a heading word and state figures
+            # for different things ("Cost sharing", "Cost sharing for drugs") are not a choice between siblings
+            clauses = {m.cfr_ref: primary_clauses(m.text, key, q.anchors, th.figure_window_tokens)
+                       for m, _ in per_member}
+            per_member = [(m, figs) for m, figs in per_member
+                          if any(same_requirement(clauses[m.cfr_ref], clauses[o.cfr_ref], _heading_stems(m),
+                                                  _heading_stems(o), th.sibling_min_shared_wording)
+                                 for o, _ in per_member if o is not m)]
         if len(per_member) >= 2 and figure_question:
             units = Counter(f.unit for _, figs in per_member for f in figs)
             unit = units.most_common(1)[0][0]
