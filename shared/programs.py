@@ -445,7 +445,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        # "keep taking it" is going on doing something, not storing
        r"\bhow long (?:can|should|will) (?:i|we|you) (?:keep(?!\s+\w+ing\b)|store|leave)\b|"
        r"\bhow long (?:does|do|will|would)\b[^.?!]{0,60}\b(?:stay|last|keep)s?(?: \w+)? (?:safe|good|fresh)\b|"
-       r"\bhow (?:do|can|should) (?:i|we|you) make\b[^.?!]{0,60}\bat home\b|\brecipes? for\b"),
+       r"\b(?:how (?:do|can|should) (?:i|we|you)|way to) make\b[^.?!]{0,60}\bat home\b|\brecipes? for\b"),
     _p("general-knowledge", "nutrition science (what foods naturally contain, their health effects)", NOT_FEDERAL,
        (), r"\bnaturally (?:lowest|highest|low|high|rich) in\b|\blactose[- ]intoleran\w*|"
            r"\bhow many calories (?:are|is) (?:in|there in)\b|"
@@ -469,8 +469,15 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\b(?:ever|has|have|did|was|were)\b[^.?!]{0,60}\bwarning letters?\b|\bform 483s?\b|\b483 observations?\b|"
        r"\b(?:which|what) (?:\w+ ){0,3}(?:were|was|got|have been|has been) (?:fined|penalized|sanctioned|sued|shut down)\b|"
        # whether one product on the market complies: a test result, not a rule
-       r"\b(?:actually|really) (?:meets?|compl(?:y|ies)|satisf(?:y|ies)) (?:with )?(?:the )?(?:federal |fda |usda )?"
+       r"\b(?:actually|really) (?:meets?|compl(?:y|ies)|satisf(?:y|ies)) (?:with )?(?:the )?(?:[\w%-]+ ){0,4}"
        r"(?:standards?|rules?|requirements?|definition)\b"),
+    _p("events", "which businesses hold, make or sell something (market facts, not regulation)", NOT_FEDERAL, (),
+       # "which companies hold orphan designations", not "which companies must register" (a duty the rules state)
+       r"\b(?:which|what) (?:\w+ ){0,2}(?:companies|brands|manufacturers|makers|firms|retailers|stores|pharmacies|"
+       r"labs|suppliers|distributors)\b(?:[ ,]+(?:currently|now|already|actually|still|today|in \w+))*[ ,]+"
+       r"(?:hold|have(?! to\b)|make|sell|carry|stock|offer|meet|use|own|produce|are (?:registered|approved|licensed|certified|"
+       r"designated|authorized))\b|"
+       r"\bwho (?:makes|sells|manufactures|produces|holds|owns)\b"),
     _p("general-knowledge", "whether a food or medicine is healthy or safe for someone (health advice, not regulation)",
        NOT_FEDERAL, (),
        r"\b(?:is|are)\b[^.?!]{0,60}\b(?:healthier|healthiest|better for (?:you|me|my \w+|kids|children))\b|"
