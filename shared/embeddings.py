@@ -36,6 +36,7 @@ import os
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator, Protocol, Sequence
@@ -528,6 +529,40 @@ def get_embedder(settings: Settings) -> Embedder:
             log.info("loaded embedder %s (%s) in %.1fs", key, _instances[key].model_name,
                      time.perf_counter() - started)
         return _instances[key]
+
+
+class EmbeddingCache:
+    """Query embeddings of texts (sentences of sections, mostly), keyed by a hash of the text, least recently used
+    evicted first; thread-safe. The vectors a call returns are the ones it looked up or computed itself: another
+    call's insertions evict the oldest entries meanwhile, and looking them up again at the end broke the stack
+    ("all input arrays must have the same shape": 65 generator failures, 2 dead-lettered requests in one eval day)."""
+
+    def __init__(self, embedder: Embedder, max_items: int = 20000):
+        self.embedder = embedder
+        self.max_items = max_items
+        self._vectors: "OrderedDict[str, np.ndarray]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One row per text, in order (shape (0, 0) for no texts)."""
+        keys = [hashlib.sha1(t.encode()).hexdigest() for t in texts]
+        wanted = dict(zip(keys, texts))
+        with self._lock:
+            found = {k: self._vectors[k] for k in wanted if k in self._vectors}
+            for k in found:
+                self._vectors.move_to_end(k)
+        missing = [k for k in wanted if k not in found]
+        if missing:
+            vectors = [np.asarray(v, dtype=np.float32) for v in self.embedder.embed_queries([wanted[k] for k in missing])]
+            found.update(zip(missing, vectors))
+            with self._lock:
+                self._vectors.update(zip(missing, vectors))
+                while len(self._vectors) > self.max_items:
+                    self._vectors.popitem(last=False)
+        return np.stack([found[k] for k in keys]) if keys else np.zeros((0, 0), dtype=np.float32)
 
 
 def section_windows(breadcrumb: str, heading: str, text: str, *, words: int, stride: int, max_windows: int) -> list[str]:

@@ -506,3 +506,30 @@ async def test_openai_without_key_or_base_url_sends_nothing(hits, extractive, op
     r = await gen.generate(plain(GOUDA_Q, hits))
     assert_extractive_label(r, "openai", "gpt-4o-mini", "no_api_key")
     assert openai_fake.requests == []
+
+
+def test_cached_vectors_survive_eviction_by_other_requests():
+    """A call's cached vectors evicted by newer entries before it stacks them (what concurrent requests do to a full
+    cache) must not break the call: the extractive generator failed so ("all input arrays must have the same
+    shape") and dead-lettered requests."""
+    import numpy as np
+
+    from shared.embeddings import EmbeddingCache
+
+    class CountingEmbedder:
+        def __init__(self):
+            self.calls: list[list[str]] = []
+
+        def embed_queries(self, texts):
+            self.calls.append(list(texts))
+            return [np.full(4, float(len(t)), dtype=np.float32) for t in texts]
+
+    embedder = CountingEmbedder()
+    cache = EmbeddingCache(embedder, max_items=3)
+    cache.embed(["a", "bb"])
+    vectors = cache.embed(["a", "bb", "ccc", "dddd", "a"])  # its own insertions evict "a" and "bb"
+    assert vectors.shape == (5, 4)
+    assert vectors[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0, 1.0]
+    assert embedder.calls == [["a", "bb"], ["ccc", "dddd"]]  # "a" and "bb" came from the cache, once each
+    assert len(cache) == 3
+    assert cache.embed([]).shape == (0, 0)

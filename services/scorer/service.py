@@ -15,7 +15,8 @@ from shared.messages import Confidence, PostGateRequest, PostGateResult, PreGate
 from services.scorer.confidence import ScorerThresholds, compute_confidence
 from services.scorer.gates import post_gate, pre_gate
 from services.scorer.reader import AnswerReader, shared_reader
-from services.scorer.support import CorpusStats, SentenceEmbeddingCache
+from services.scorer.support import CorpusStats
+from shared.embeddings import EmbeddingCache
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class Scorer:
         self.corpus_titles = corpus_titles
         self.corpus_stats = corpus_stats
         self._embedder = embedder
-        self._cache: SentenceEmbeddingCache | None = None
+        self._cache: EmbeddingCache | None = None
         self._reader = reader
 
     def answer_reader(self) -> AnswerReader | None:
@@ -40,13 +41,13 @@ class Scorer:
             self._reader = shared_reader()
         return self._reader
 
-    def _support_cache(self) -> SentenceEmbeddingCache:
+    def _support_cache(self) -> EmbeddingCache:
         if self._cache is None:
             if self._embedder is None:
                 from shared.embeddings import get_embedder
 
                 self._embedder = get_embedder(self.settings)
-            self._cache = SentenceEmbeddingCache(self._embedder)
+            self._cache = EmbeddingCache(self._embedder)
         return self._cache
 
     # synchronous forms, for the eval harness and tests ------------------------------------------------

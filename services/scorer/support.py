@@ -7,16 +7,16 @@ section). A sentence copied verbatim from a section scores 1.0.
 """
 from __future__ import annotations
 
-import hashlib
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from shared.figures import find_cfr_refs, normalise_text
+
+if TYPE_CHECKING:
+    from shared.embeddings import EmbeddingCache
 
 # --------------------------------------------------------------------------------------------
 # words
@@ -164,31 +164,6 @@ class SupportThresholds:
     refuse_unsupported_share: float = 0.5  # refuse when more than this share of claims is unsupported
 
 
-class SentenceEmbeddingCache:
-    """Embeddings of section sentences, keyed by text hash, so a section is embedded once per process."""
-
-    def __init__(self, embedder, max_items: int = 20000):
-        self.embedder = embedder
-        self.max_items = max_items
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        keys = [hashlib.sha1(t.encode()).hexdigest() for t in texts]
-        with self._lock:
-            missing = [i for i, k in enumerate(keys) if k not in self._cache]
-        if missing:
-            vectors = self.embedder.embed_queries([texts[i] for i in missing])
-            with self._lock:
-                for i, v in zip(missing, vectors):
-                    self._cache[keys[i]] = np.asarray(v, dtype=np.float32)
-                while len(self._cache) > self.max_items:
-                    self._cache.popitem(last=False)
-        with self._lock:
-            dim = next(iter(self._cache.values())).shape[0] if self._cache else 0
-            return np.stack([self._cache[k] for k in keys]) if keys else np.zeros((0, dim), dtype=np.float32)
-
-
 @dataclass
 class ClaimSupport:
     sentence: str
@@ -226,7 +201,7 @@ def claim_body(sentence: str) -> str:
 def claim_support(
     sentences: Sequence[str],
     sections: Sequence,  # Hit-like: cfr_ref, heading, text
-    cache: SentenceEmbeddingCache | None,
+    cache: EmbeddingCache | None,
     thresholds: SupportThresholds = SupportThresholds(),
     *,
     answer_refs: Sequence[str] = (),

@@ -34,7 +34,6 @@ import logging
 import math
 import re
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -43,6 +42,7 @@ import numpy as np
 
 from shared.citations import find_citations
 from shared.config import Settings
+from shared.embeddings import EmbeddingCache
 from shared.figures import DURATION_UNITS, asks_for_duration, asks_for_figure, extract_figures
 from shared.messages import GenerateRequest, Hit, Quote
 
@@ -109,7 +109,7 @@ class ExtractiveProvider:
         self.settings = settings
         self._embedder = embedder
         self._embedder_failed = False
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._vectors: EmbeddingCache | None = None
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------------------- embedder
@@ -136,16 +136,9 @@ class ExtractiveProvider:
         if embedder is None or not texts:
             return None
         with self._lock:
-            missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
-        if missing:
-            vectors = embedder.embed_queries(missing)
-            with self._lock:
-                for t, v in zip(missing, vectors):
-                    self._cache[t] = np.asarray(v, dtype=np.float32)
-                while len(self._cache) > CACHE_SIZE:
-                    self._cache.popitem(last=False)
-        with self._lock:
-            return np.stack([self._cache[t] if t in self._cache else np.zeros(1, np.float32) for t in texts])
+            if self._vectors is None or self._vectors.embedder is not embedder:
+                self._vectors = EmbeddingCache(embedder, CACHE_SIZE)
+        return self._vectors.embed(texts)
 
     # ---------------------------------------------------------------------------- API
     async def generate(self, request: GenerateRequest) -> ProviderOutput:
