@@ -60,6 +60,7 @@ from shared.figures import (
     latest_date,
     normalise_text,
 )
+from shared.embeddings import EmbeddingCache
 from services.scorer.support import (
     QUESTION_FRAME,
     asked_part,
@@ -67,7 +68,6 @@ from services.scorer.support import (
     UNIT_WORDS,
     CorpusStats,
     claim_body,
-    SentenceEmbeddingCache,
     claim_support,
     content_words,
     idf_coverage,
@@ -701,16 +701,28 @@ def find_family(pool: list[Hit], th: ScorerThresholds) -> Family | None:
             groups.setdefault((h.title, h.part, w), []).append(h)
     top3 = {h.cfr_ref for h in pool[:3]}
     best: Family | None = None
+    best_rank: tuple = ()
     for (title, part, w), members in groups.items():
         if len(members) < th.min_siblings or len({m.cfr_ref for m in members} & top3) < min(2, len(top3)):
             continue
         if pool[0].cfr_ref not in {m.cfr_ref for m in members}:
             continue  # the best match is not one of them: the question is not about this family
-        if best is None or len(members) > len(best.members):
+        # the largest group; between groups as large, the one holding the better-ranked hits, then by word, so that
+        # the choice does not follow the hash order of a set
+        rank = (len(members), -sum(pool.index(m) for m in members), w)
+        if best is None or rank > best_rank:
+            best_rank = rank
             surfaces = [t for m in members for t in tokens(m.heading) if stem(t) == w]
             surface = min(surfaces, key=len) if surfaces else w
             best = Family(w, surface, members)
     return best
+
+
+def names_a_kind_of(hit: Hit, word: str) -> bool:
+    """Whether the heading names a kind of ``word`` ("Cheddar cheese", "Hard cheeses"), as sibling standards are
+    headed, rather than a matter concerning it ("Effect of month of enrollment on entitlement")."""
+    words = [w for w in content_words(hit.heading) if w not in _GENERIC_HEADING]
+    return bool(words) and words[-1] == word
 
 
 def _member_name(hit: Hit, family: Family) -> str:
@@ -1236,9 +1248,10 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             clauses = {m.cfr_ref: primary_clauses(m.text, key, q.anchors, th.figure_window_tokens)
                        for m, _ in per_member}
             per_member = [(m, figs) for m, figs in per_member
-                          if any(same_requirement(clauses[m.cfr_ref], clauses[o.cfr_ref], _heading_stems(m),
+                          if names_a_kind_of(m, family.word)
+                          and any(same_requirement(clauses[m.cfr_ref], clauses[o.cfr_ref], _heading_stems(m),
                                                   _heading_stems(o), th.sibling_min_shared_wording)
-                                 for o, _ in per_member if o is not m)]
+                                 for o, _ in per_member if o is not m and names_a_kind_of(o, family.word))]
         if len(per_member) >= 2 and figure_question:
             units = Counter(f.unit for _, figs in per_member for f in figs)
             unit = units.most_common(1)[0][0]
@@ -1449,7 +1462,7 @@ def _remove_sentences(text: str, predicate) -> tuple[str, int]:
 
 
 def post_gate(req: PostGateRequest, th: ScorerThresholds | None = None,
-              cache: SentenceEmbeddingCache | None = None, *, pre_not_found: bool = False,
+              cache: EmbeddingCache | None = None, *, pre_not_found: bool = False,
               corpus_stats: CorpusStats | None = None) -> PostGateResult:
     th = th or ScorerThresholds()
     flags: list[str] = []
