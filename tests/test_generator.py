@@ -3,6 +3,7 @@ against real HTTP fakes (the real SDKs talk to them): labels, tokens, retries an
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -445,6 +446,17 @@ async def test_no_api_key_sends_nothing(hits, extractive, anthropic):
     assert_extractive_label(r, "anthropic", "claude-haiku-4-5", "no_api_key")
     assert r.call.fallback_reason == "no_api_key"
     assert anthropic.requests == []
+
+
+async def test_a_missing_key_is_warned_about_once_not_per_call(hits, extractive, anthropic, caplog):
+    gen = Generator(anthropic_settings(anthropic, anthropic_api_key=None), extractive=extractive)
+    with caplog.at_level(logging.DEBUG, logger="services.generator.service"):
+        for _ in range(3):
+            r = await gen.generate(plain(GOUDA_Q, hits))
+            assert r.call.fallback_reason == "no_api_key"
+    warnings = [rec for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "no_api_key" in warnings[0].getMessage()
+    assert sum("fallback: no_api_key" in rec.getMessage() for rec in caplog.records if rec.levelno == logging.INFO) == 3
 
 
 async def test_fallback_refuse_names_no_model(hits, extractive, anthropic):

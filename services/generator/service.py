@@ -29,6 +29,7 @@ class Generator:
         self.settings = settings
         self.extractive = extractive or ExtractiveProvider(settings)
         self.primary: Provider = self._make_primary(settings)
+        self._told_no_key = False
 
     def _make_primary(self, settings: Settings) -> Provider:
         if settings.generation_provider == "anthropic":
@@ -66,9 +67,17 @@ class Generator:
             out = await self.primary.generate(request)
         except ProviderFailure as failure:
             fallback_reason = failure.reason
-            log.warning(
-                "generation %s: %s/%s failed (%s); fallback %s", request.step, requested_provider, requested_model,
-                fallback_reason, self.settings.generation_fallback,
+            # a missing key is configuration, not an incident: said once, then every call's label and its info
+            # line carry it (a warning per call was 44,000 lines in one eval day)
+            level = logging.WARNING
+            if fallback_reason == "no_api_key":
+                level = logging.DEBUG if self._told_no_key else logging.WARNING
+                self._told_no_key = True
+            log.log(
+                level, "generation %s: %s/%s failed (%s); fallback %s%s", request.step, requested_provider,
+                requested_model, fallback_reason, self.settings.generation_fallback,
+                "; said once: every call without a key falls back the same way" if level == logging.WARNING
+                and fallback_reason == "no_api_key" else "",
             )
             if self.settings.generation_fallback == "refuse" or self.primary is self.extractive:
                 return self._refused(request, requested_provider, requested_model, fallback_reason, started)

@@ -65,6 +65,22 @@ def closest_passages(question: str, hit: Hit, n: int) -> list[str]:
     return [every[i] for i in sorted(ranked)]
 
 
+def _quietly(load):
+    """Run ``load`` without transformers' load report and progress bar: the base checkpoint has no classifier, which
+    it reports as "newly initialized ... consider training", though the tuned weights loaded next replace it."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, progress = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        return load()
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if progress:
+            hf_logging.enable_progress_bar()
+
+
 @dataclass
 class Reading:
     probability: float  # the best passage's probability of stating an answer
@@ -88,7 +104,7 @@ class AnswerReader:
         base = model_dir()
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(base)
-        model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
+        model = _quietly(lambda: AutoModelForSequenceClassification.from_pretrained(base, num_labels=1))
         tuned = {k: v.float() for k, v in load_file(str(weights)).items()}
         unknown = set(tuned) - set(model.state_dict())
         if unknown:
