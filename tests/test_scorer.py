@@ -1211,3 +1211,14 @@ def test_a_cheese_standard_worded_differently_is_still_a_divergent_sibling():
     assert same_requirement(hard, gruyere, {"hard"}, {"gruyer"}, 0.3)
     assert same_requirement(cheddar, gruyere, {"cheddar"}, {"gruyer"}, 0.3)
     assert not same_requirement(cheddar, copays, {"cheddar"}, {"drug"}, 0.3)
+
+
+def test_a_heading_word_every_sibling_shares_does_not_single_one_out():
+    """"appeal" is in both headings ("Filing appeals for QC claims of less than $50,000" / "... of $50,000 or
+    more"): it named the shorter heading's section and dropped the one that answers."""
+    hits = parsed_hits("TheAxiomFoundation_axiom-corpus__title-7-part-283.xml.gz", "283.25", "283.4", "283.6")
+    question = ("Our state SNAP agency just got a quality control liability bill from FNS for about $38,000. How long "
+                "do we have to file a notice of appeal?")
+    res = pre_gate(question, RetrieveResult(scope=Scope(), hits=hits, mode="hybrid", top_k=10, embedding_model="m"))
+    assert res.proceed
+    assert [s.cfr_ref for s in res.sections][:2] == ["7 CFR 283.25", "7 CFR 283.4"]

@@ -741,6 +741,13 @@ def declared_names(text: str) -> set[str]:
     return {n.strip().lower() for m in _DECLARED_NAME.finditer(text) for n in _QUOTED.findall(m.group(1))}
 
 
+def _distinguishing(hit: Hit, family: Family) -> set[str]:
+    """The heading words that tell a member from its siblings: not the family word, nor a word every member's
+    heading has ("appeals" in "Filing appeals for QC claims of less than $50,000" and "... of $50,000 or more")."""
+    common = set.intersection(*(_heading_stems(m) for m in family.members))
+    return _heading_stems(hit) - {family.word} - common
+
+
 def named_members(family: Family, question: str, retrieval: RetrieveResult, q: QuestionTerms) -> list[Hit]:
     """Members the question singles out: by citation, by a heading-named subject, or by heading words."""
     refs = {m.cfr_ref: m for m in family.members}
@@ -751,7 +758,7 @@ def named_members(family: Family, question: str, retrieval: RetrieveResult, q: Q
         matched = [refs[r] for r in subject.cfr_refs if r in refs]
         if matched and len(matched) < len(family.members):
             return _best_named(matched, family, q) or matched
-    named = [m for m in family.members if (_heading_stems(m) - {family.word}) & q.stems]
+    named = [m for m in family.members if _distinguishing(m, family) & q.stems]
     if not named:
         # a name the standard itself gives the food besides its heading ("Light cream" ... the name of the food
         # is "coffee cream" or "table cream")
@@ -767,11 +774,11 @@ def named_members(family: Family, question: str, retrieval: RetrieveResult, q: Q
 def _best_named(named: list[Hit], family: Family, q: QuestionTerms) -> list[Hit]:
     """Among named members, those whose distinguishing heading words the question covers best."""
     def share(h: Hit) -> float:
-        dist = _heading_stems(h) - {family.word}
+        dist = _distinguishing(h, family)
         return len(dist & q.stems) / len(dist) if dist else 0.0
 
     def named_words(h: Hit) -> int:
-        return len((_heading_stems(h) - {family.word}) & q.stems)
+        return len(_distinguishing(h, family) & q.stems)
 
     # the best-covered heading wins; among fully named ones the most specific (most words named) does
     scores = {h.cfr_ref: (round(share(h), 9), named_words(h)) for h in named}
