@@ -313,7 +313,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"harmonized tariff|dut(?:y|ies) on imports?|import dut(?:y|ies)|duty[- ]free|de minimis (?:entry|shipments?)"),
     _p("ssa", "Social Security benefits", 20, ("404", "416"),
        r"social security (?:disability (?:benefits|insurance|applications?|claims?)|retirement (?:age|benefits?)?|"
-       r"checks?|payment amounts?|earnings (?:test|limits?))|(?:collecting|claiming|drawing) social security|(?:apply|applying) for social security|\bssdi\b|\bssi\b|supplemental security income"),
+       r"checks?|payment amounts?|earnings (?:test|limits?))|(?:collecting|claiming|drawing) social security|"
+       r"\b(?:full|normal) retirement age\b|(?:apply|applying) for social security|\bssdi\b|\bssi\b|supplemental security income"),
     _p("dol-benefits", "workers' compensation programs and foreign labor certification (DOL)", 20, ("655", "702", "718"),
        r"longshore|black lung|federal employees'? compensation|\bfeca\b|\bh-2a\b|\bh-2b\b|labor certification|"
        r"prevailing wage"),
@@ -392,6 +393,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"federal emergency management"),
     _p("hipaa", "the HIPAA privacy, security and breach notification rules", 45, ("160", "164"),
        r"\bhipaa\b|protected health information|(?-i:\bPHI\b)|breach notification|medical records? privacy|"
+       r"\bprivacy (?:violations?|rights?|breach(?:es)?)\b|\bviolat\w* (?:my|our|his|her|their|a patient's) privacy\b|"
        r"(?:copy|copies|access to) (?:of )?(?:my |your |their |a patient's )?(?:medical|health) records?"),
     _p("aca", "the ACA health insurance marketplace", 45, ("155", "156"),
        r"health insurance marketplace|affordable care act|obamacare|premium tax credits?|healthcare\.gov|"
@@ -497,6 +499,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
            r"\bsafe to (?:take|use|mix|combine)\b[^.?!]{0,60}\b(?:together|with)\b"),
     _p("state-law", "a state's or a locality's own law", NOT_FEDERAL, (),
        r"prop(?:osition)? 65|\bcalifornia(?:'s)? (?:law|rules|regulations)|cottage food|"
+       # selling food made at home needs the State's or county's license, permit or inspection, whatever the food
+       r"\b(?:homemade|home-made|home[- ]baked|home[- ]canned|home[- ]cooked|(?:my|our|her|his) (?:home )?kitchen|"
+       r"from (?:my|our|her|his) (?:home|house))\b(?=[^?]*\b(?:licen[cs]e[ds]?|permits?|inspect(?:ion|ed|or)s?|"
+       r"certified kitchen|commercial kitchen)\b)|"
        r"\bnyc\b|new york city|\b(?:city|county|municipal|local) (?:laws?|ordinances?|health (?:codes?|departments?))\b|"
        r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks? (?:permits?|licen\w+|inspections?|rules|laws|regulations)|"
        r"food handler(?:'s|s)? (?:cards?|permits?|licen\w+)|prescription drug monitoring program|\bpdmps?\b|"
@@ -529,22 +535,28 @@ US_STATES = (
     "Oregon", "Pennsylvania", "Rhode Island", "South Carolina", "South Dakota", "Tennessee", "Texas", "Utah",
     "Vermont", "Virginia", "Washington", "West Virginia", "Wisconsin", "Wyoming", "District of Columbia",
 )
+# the territories hold their own Medicaid and nutrition figures as States do (42 CFR part 436, 7 CFR part 285)
+US_TERRITORIES = ("Puerto Rico", "Guam", "U.S. Virgin Islands", "US Virgin Islands", "Virgin Islands",
+                  "American Samoa", "Northern Mariana Islands")
 _STATE_NAMES = "|".join(sorted((re.escape(s) for s in US_STATES), key=len, reverse=True))
+_HOLDER_NAMES = "|".join(sorted((re.escape(s) for s in US_STATES + US_TERRITORIES), key=len, reverse=True))
 # a State as the holder or recipient of something ("Texas's allotment", "slots assigned to Michigan", "the limit for
 # Ohio"), not where the asker is ("a pharmacy in Ohio", "after the storm in Louisiana": the federal rule applies
 # there as everywhere) nor a word describing a product ("Florida oranges")
 _STATE_AS_HOLDER = re.compile(
-    rf"\b(?:to|for)\s+(?:the\s+state\s+of\s+)?(?P<a>{_STATE_NAMES})\b(?!\s+(?:residents?|households?|families|"
-    rf"businesses|stores?|pharmac\w+|hospitals?|farms?|companies))|\b(?P<b>{_STATE_NAMES})(?:'s|\u2019s)|"
+    rf"\b(?:to|for)\s+(?:the\s+state\s+of\s+|the\s+)?(?P<a>{_HOLDER_NAMES})\b(?!\s+(?:residents?|households?|"
+    rf"families|businesses|stores?|pharmac\w+|hospitals?|farms?|companies))|\b(?P<b>{_HOLDER_NAMES})(?:'s|\u2019s)|"
     # the place the asked figure is for, at the end of the question ("the Medicaid copay for a visit in Georgia?")
-    rf"\bin\s+(?:the\s+state\s+of\s+)?(?P<c>{_STATE_NAMES})\s*(?:this year|right now|now|today|currently)?\s*\?|"
-    # a State's own program ("New York Medicaid charges", "Florida Medicaid pays")
+    rf"\bin\s+(?:the\s+state\s+of\s+|the\s+)?(?P<c>{_HOLDER_NAMES})\s*(?:this year|right now|now|today|currently)?"
+    rf"\s*\?|"
+    # a State's own program ("New York Medicaid charges", "Florida Medicaid pays"); a territory's Medicaid is the
+    # federal part 436 ("in Guam or Puerto Rico Medicaid, can the limit ...")
     rf"\b(?P<d>{_STATE_NAMES})(?:'s|\u2019s)?\s+(?:medicaid|snap|wic|chip|csfp)\b",
     re.I,
 )
 
 
-_CANONICAL_STATE = {s.lower(): s for s in US_STATES}
+_CANONICAL_STATE = {s.lower(): s for s in US_STATES + US_TERRITORIES}
 
 
 # a State as the one making the rule ("does Texas require a doctor's note", "is it legal to sell raw milk in

@@ -13,6 +13,10 @@ EVAL = Path(__file__).resolve().parents[1] / "eval"
 
 
 @pytest.mark.parametrize("question, family, title", [
+    # heldout24 and heldout25's blind misses (session 11)
+    ("When I picked up my prescriptions, the pharmacist chatted with my wife about what I'm taking. Isn't that a "
+     "privacy violation?", "hipaa", 45),
+    ("Born in 1961 - when do I hit full retirement age for Social Security?", "ssa", 20),
     ("Under the FAA's Part 107 rules, when can I fly a small drone over people?", "aviation", 14),
     ("What must a public company disclose on Form 8-K after a cyber incident?", "securities", 17),
     ("How many days does a bank have to investigate an unauthorized debit card charge?", "banking", 12),
@@ -121,6 +125,8 @@ def test_answerable_questions_never_name_only_rules_the_corpus_does_not_hold(dat
     ("Which brands of peanut butter at Walmart actually meet the 90 percent peanuts rule?",
      "a particular product's recall or enforcement history (news, not regulation)"),
     ("What's an easy way to make ricotta at home from whole milk?", "cooking and kitchen know-how"),
+    ("I make strawberry jam in my home kitchen and want to sell it at our farmers market. Do I need a license or "
+     "an inspection first?", "a state's or a locality's own law"),
 ])
 def test_general_knowledge_news_and_popular_rule_names_have_homes(question, name):
     assert name in [h.name for h, _ in named_homes(question)]
@@ -141,3 +147,9 @@ def test_general_knowledge_news_and_popular_rule_names_have_homes(question, name
 ])
 def test_rule_questions_about_recalls_and_eggs_are_not_general_knowledge(question):
     assert not [h for h, _ in named_homes(question) if h.family in ("general-knowledge", "events")]
+
+
+def test_what_homemade_food_must_contain_is_not_left_to_state_law():
+    """The State licenses a home kitchen; what the jam must contain is the federal standard's, whoever makes it."""
+    question = "I'm a home canner selling homemade strawberry jam at the farmers market. How much fruit must it contain?"
+    assert not [h for h, _ in named_homes(question) if h.family == "state-law"]

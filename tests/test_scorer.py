@@ -366,6 +366,14 @@ def test_not_found_names_a_name_no_section_mentions():
     ("What are the odds FDA grants our orphan-drug request?", "What are the odds"),
     ("Do you think FDA will ban titanium dioxide in candy?", "Do you think FDA will"),
     ("The pharmacist refused my early refill. Do I have grounds to sue the pharmacy?", "grounds to sue"),
+    # heldout24 and heldout25's blind misses (session 11)
+    ("Still covered at work. Would it be smarter to sign up for Part B at 65 or wait?", "Would it be smarter"),
+    ("Would I be better off waiting until I retire?", "better off"),
+    ("Is the store-brand antacid just as good a buy as the name brand?", "just as good"),
+    ("We got a charge letter. Honestly, what are our odds if we fight it?", "our odds"),
+    ("FDA pulled Red No. 3 from food. Do you think they'll ban it in cosmetics next?", "Do you think they'll"),
+    ("will fda ban titanium dioxide in candy like europe did", "will fda ban"),
+    ("Will USDA give our state more CSFP slots next year?", "Will USDA give our state more CSFP slots next year"),
 ])
 def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
     assert judgement_asked(question) == words
@@ -387,6 +395,8 @@ def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question,
     "Should we keep the pseudoephedrine logbook for two years?",
     "Should I report my new job to the SNAP office?",
     "Which is higher, the milkfat minimum for cheddar or for colby?",
+    "Will the state agency give me a notice before my certification ends?",  # a duty, not a forecast
+    "Will FDA accept an electronic signature on the registration?",
 ])
 def test_a_question_about_rules_is_not_taken_for_a_judgement(question):
     assert judgement_asked(question) is None
@@ -775,6 +785,7 @@ def test_a_yearly_amount_the_text_does_not_state_is_not_found():
 
     assert yearly_amount_year("What is the Medicare Part B standard monthly premium for 2025?") == "2025"
     assert yearly_amount_year("What is the maximum SNAP allotment in fiscal year 2025?") == "2025"
+    assert yearly_amount_year("puerto rico nutrition assistance grant amount fiscal year 2025") == "2025"
     assert yearly_amount_year("What is the FY2024 allotment for a household of one?") == "2024"
     # a point in time, or no amount asked for: the current rule answers it
     assert yearly_amount_year("Is psilocybin still Schedule I in 2025?") is None
@@ -863,6 +874,13 @@ def test_a_states_own_figure_is_not_found_unless_a_section_names_the_state():
     assert states_named("Food spoiled after the storm in Louisiana; how long do I have to report it?") == []
     assert states_named("Why are some Florida oranges dyed, and how much dye is allowed?") == []
     assert states_named("What is the limit for Ohio residents?") == []
+    # the territories set their own figures as States do; their Medicaid rules themselves are federal (part 436)
+    assert states_named("What's the medically needy income limit on Medicaid in the U.S. Virgin Islands?") == [
+        "U.S. Virgin Islands"]
+    assert states_named("Medicaid asset limit for the medically needy in Puerto Rico?") == ["Puerto Rico"]
+    assert states_named("In Guam or Puerto Rico Medicaid, can the income limit for three be below the one for two?") == []
+    res = pre_gate("What is the medically needy income limit in the U.S. Virgin Islands?", retrieval_of())
+    assert res.refusal is not None and "the U.S. Virgin Islands' own figure" in res.refusal.message
     question = "How much milkfat must gouda have for Wisconsin?"
     res = pre_gate(question, retrieval_of())
     assert res.refusal is not None and res.refusal.reason == "not_found"

@@ -498,11 +498,11 @@ _TEMPORAL_AFTER = re.compile(r"^\s*(?:version|edition|rule|rules|regulation|regu
 
 
 _YEARLY_AMOUNT = re.compile(
-    r"\b(?:for|in) (?:the )?(?:fiscal|calendar|plan|crop|school|program|benefit) year (?P<a>(?:19|20)\d\d)\b"
+    r"\b(?:(?:for|in) (?:the )?)?(?:fiscal|calendar|plan|crop|school|program|benefit) year (?P<a>(?:19|20)\d\d)\b"
     r"|\b(?:fy|cy|py) ?(?P<b>(?:19|20)\d\d)\b"
     r"|\bfor (?P<c>(?:19|20)\d\d)\b"
     r"|\b(?P<d>(?:19|20)\d\d)(?:[-\u2013/]\d\d)? (?:\w+ ){0,4}(?:premiums?|allotments?|amounts?|limits?|rates?|"
-    r"deductibles?|thresholds?|fees?|levels?|figures?|caps?|maximums?|payments?|adjustments?|guidelines?)\b"
+    r"deductibles?|thresholds?|fees?|levels?|figures?|caps?|maximums?|payments?|adjustments?|guidelines?|grants?)\b"
     # a money amount named before the year it is asked for ("the income limit … in 2024", "IRMAA surcharge in 2025")
     r"|\b(?:dollars?|income limits?|premiums?|surcharges?|allotments?|penalt(?:y|ies)|co-?pays?|co-?payments?|prices?|"
     r"brackets?|allowances?|deductibles?|coinsurance|poverty (?:guidelines?|levels?|lines?)|income thresholds?)\b[^.?!]{0,80}?\b(?:in|for|during) (?:(?:fiscal|calendar) year )?(?P<e>(?:19|20)\d\d)\b",
@@ -551,8 +551,18 @@ _JUDGEMENT = re.compile("|".join((
     r"\bprices? (?:go|going|will go|to go) (?:up|down)\b",
     r"\bwill \w+(?: \w+)? (?:go up|go down|rise|fall|drop)\b",
     r"\bany chance\b",
-    r"\b(?:the|what are the|any|good|bad) odds\b|\bodds (?:of|that|are)\b",
-    r"\bdo you think\b[^.?!]*\b(?:will|would|is going)\b|\bin your (?:opinion|view)\b",
+    r"\b(?:the|what are the|any|good|bad|our|my|his|her|their) odds\b|\bodds (?:of|that|are)\b",
+    r"\bdo you think\b[^.?!]*\b(?:will|would|is going|\w+'ll)\b|\bin your (?:opinion|view)\b",
+    # advice as a comparison of choices: "would it be smarter to sign up now", "would I be better off waiting",
+    # "is the store brand just as good a buy"
+    r"\bwould (?:it|that) be (?:smarter|wiser|better|cheaper|safer|a (?:good|bad|smart|better) (?:idea|move|choice))\b",
+    r"\bbetter off\b",
+    r"\bjust as (?:good|effective|safe|strong)\b|\bas good (?:a (?:buy|deal|choice|value|product) )?as\b",
+    # a forecast of what an agency will do, or of anything next year
+    r"\bwill (?:the )?(?:fda|usda|dea|cms|fns|hhs|congress|the government|government)\s+(?:ever\s+|eventually\s+|"
+    r"soon\s+|also\s+)?(?:ban|approve|change|raise|lower|increase|cut|lift|expand|extend|drop|end|stop|add|outlaw|"
+    r"restrict|allow)\b",
+    r"\bwill\b[^.?!]{0,60}\bnext year\b",
     # a private suit: the regulations here set what an agency does, not whether a pharmacy or a store can be sued
     r"\bgrounds (?:to sue|for a (?:lawsuit|suit))\b|\b(?:sue|suing) (?:the|my|our|that|this|a|them|him|her)\b",
     r"\bdoing a good job\b",
@@ -1159,11 +1169,12 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
         if not any(re.search(rf"\b{re.escape(state)}\b", h.text, re.I) for h in hits[: th.pool_size]):
             top = hits[0]
             what = "figure" if state in holders else "rule"
+            whose = f"the {state}'" if state.endswith("Islands") else f"{state}'s"
             return _not_found_beside(
                 top,
-                f"The question asks for {state}'s own {what}, and no matching section names {state}: the "
-                f"regulations here say what applies in every State, not what one State has decided for itself "
-                f"(closest: {top.cfr_ref}).",
+                f"The question asks for {whose} own {what}, and no matching section names {state}: the "
+                f"regulations here say what applies in every State and territory, not what one has decided for "
+                f"itself (closest: {top.cfr_ref}).",
                 f"closest match; does not mention {state}",
                 signals,
             )
