@@ -121,6 +121,46 @@ def question_names(question: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+# the food or term a question asks the standard or definition of: "a standard of identity for feta", "is there a
+# federal standard for Greek yogurt", "what makes a yogurt legally “Greek”", "call a loaf “multigrain”"
+_NAMED_THING = r"[\"“‘']?(?P<x>[A-Za-z][\w'-]*(?:\s+[A-Za-z][\w'-]*){0,3}?)[\"”’']?"
+_NAMED_END = (r"(?=\s*(?:[,.?;:!—–(-]|\s(?:like|such|for|that|which|or|and|to|in|on|at|under|as|is|are|has|have|"
+              r"must|so|from|with|anymore|any|still|again|instead|now|too|either|if|when|because|but|without|even|"
+              r"yet)\b|$))")
+_ARTICLE = r"(?:(?:a|an|the|our|my|this|that|its|their)\s+)?"
+_DEFINED_NAME = [re.compile(p, re.I) for p in (
+    r"\bstandards?\s+of\s+identity\s+(?:for|of|on)\s+" + _ARTICLE + _NAMED_THING + _NAMED_END,
+    r"\b(?:federal|fda|usda|legal|official|government)\s+(?:standard|definition)s?\s+(?:for|of|on)\s+"
+    r"(?:the\s+(?:term|word|name)\s+)?(?!identity\b)" + _ARTICLE + _NAMED_THING + _NAMED_END,
+    r"\b(?:is|are)\s+there\s+(?:an?\s+|any\s+)?(?:federal\s+|fda\s+|usda\s+|legal\s+|official\s+)?"
+    r"(?:standard|definition)s?\s+(?:for|of|on)\s+(?:the\s+(?:term|word|name)\s+)?(?!identity\b)" + _ARTICLE
+    + _NAMED_THING + _NAMED_END,
+    r"\bwhat\s+makes\s+" + _ARTICLE + _NAMED_THING + r"\s+legally\b",
+    r"\blegally\s+(?:called|labeled|labelled|named|sold\s+as)\s+" + _ARTICLE + _NAMED_THING + _NAMED_END,
+    r"\blegally\s+[\"“‘'](?P<x>[^\"”’']{2,40})[\"”’']",
+    r"\b(?:call|label|name)\s+(?:it|them)\s+(?:as\s+)?(?![\"“‘'])" + _NAMED_THING + _NAMED_END,
+    r"\b(?:call|calls|called|label|labels|labeled|name|market|sell|print)\s+(?:it|them|this|that|"
+    r"(?:a|an|our|the|my)\s+\w+)?\s*(?:as\s+)?[\"“‘'](?P<x>[^\"”’']{2,40})[\"”’']",
+)]
+_NOT_A_NAME = {"it", "them", "this", "that", "food", "foods", "product", "products", "identity"}
+_NOT_A_FIRST_WORD = {"on", "in", "at", "for", "to", "if", "when", "by", "with", "from", "about", "anything",
+                     "something", "anymore"}
+
+
+def defined_names(question: str) -> list[str]:
+    """The foods or terms the question asks the standard or definition of. Whether the corpus mentions them is the
+    retriever's to check: a standard no section mentions ("Greek yogurt", "multigrain") is not held."""
+    out: list[str] = []
+    for pattern in _DEFINED_NAME:
+        for match in pattern.finditer(question):
+            name = match.group("x").strip(" '\"“”‘’.,;:!?")
+            name = re.sub(r"^(?:(?:how|what|which|why|when|whether|a|an|the)\s+)+", "", name, flags=re.I)
+            first = name.split()[0].lower() if name else ""
+            if name and name.lower() not in _NOT_A_NAME and first not in _NOT_A_FIRST_WORD:
+                out.append(name)
+    return list(dict.fromkeys(out))
+
+
 # the endings of drug and chemical names (generic drug stems, alkaloids, amides, salts): a word like this that no
 # section mentions is a substance the corpus does not list ("xylazine")
 _SUBSTANCE = re.compile(
@@ -445,7 +485,7 @@ def scope_question(question: str, catalog: Catalog) -> Scope:
     # a brand whose generic name the CFR uses ("Xanax" is alprazolam) is not a name the corpus lacks
     scope.names = [n for n in question_names(question)
                    if not all(cfr_wording(w) for w in re.findall(r"[A-Z][\w-]+", n) if w.lower() not in _FUNCTION)]
-    scope.names += [w for w in catalog.variety_words(question) + substance_words(question)
+    scope.names += [w for w in catalog.variety_words(question) + substance_words(question) + defined_names(question)
                     if not any(w.lower() in n.lower() for n in scope.names)]
     cited_refs = {f"{c.title} CFR {c.section}" for c in scope.citations if c.section}
     question_tokens = tokens(re.sub(r"§+\s*[\d.a-z()]+", " ", question))

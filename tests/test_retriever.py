@@ -287,6 +287,22 @@ async def test_hnsw_returns_as_many_rows_as_asked_under_the_active_filter(search
         await conn.close()
 
 
+@pytest.mark.parametrize("question, names", [
+    ("Is there an FDA standard for Greek yogurt — like a minimum protein content it has to hit?", ["Greek yogurt"]),
+    ("Does FDA have a standard of identity for feta? Looking for the minimum milkfat.", ["feta"]),
+    ('Our bakery wants to call a loaf "multigrain." Is there a federal rule for it?', ["multigrain"]),
+    ('What makes a yogurt legally "Greek"?', ["yogurt", "Greek"]),
+    ("We strain our yogurt and want to call it Greek yogurt. What protein does it need?", ["Greek yogurt"]),
+    ("What's the minimum oil content before I can't call it mayonnaise anymore?", ["mayonnaise"]),
+    ("What are we allowed to call it on the carton?", []),
+    ("Does feta cheese have an FDA standard of identity?", []),
+])
+def test_the_food_a_question_asks_the_standard_of_is_a_name_to_check(question, names):
+    from shared.scoping import defined_names
+
+    assert defined_names(question) == names
+
+
 def test_question_names_are_proper_names_and_acronyms():
     from shared.scoping import question_names
 

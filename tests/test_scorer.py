@@ -348,6 +348,22 @@ def test_not_found_names_a_name_no_section_mentions():
     assert res.refusal is None or "mentions" not in res.refusal.message
 
 
+def test_a_standard_asked_for_a_food_no_section_mentions_is_not_found_though_its_kind_is_held():
+    """"Greek yogurt": the yogurt standard is held (a specific subject), but no section mentions the food whose
+    standard is asked for."""
+    hit = make_hit("21 CFR 133.142", 0.66, 1)
+    question = "Is there an FDA standard for Greek yogurt, like a minimum protein content?"
+    scope = Scope(names=["Greek yogurt"], absent_names=["Greek yogurt"],
+                  subjects=[{"term": "gouda", "cfr_refs": ["21 CFR 133.142"], "specific": True, "coverage": [1.0]}])
+    res = pre_gate(question, RetrieveResult(scope=scope, hits=[hit], mode="hybrid", top_k=10, embedding_model="m"))
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert "No section of this corpus mentions “Greek yogurt”" in res.refusal.message
+    # a brand-like name beside a held specific subject is still answered from it
+    res = pre_gate("How much milkfat is in Greek yogurt gouda?",
+                   RetrieveResult(scope=scope, hits=[hit], mode="hybrid", top_k=10, embedding_model="m"))
+    assert res.refusal is None or "mentions" not in res.refusal.message
+
+
 @pytest.mark.parametrize("question, words", [
     ("FNS permanently disqualified my store for trafficking but we never did it. Do I have a case?", "Do I have a case"),
     ("Realistically, would we win an appeal of the disqualification?", "Realistically"),

@@ -47,7 +47,7 @@ from shared.messages import (
     SentenceSupport,
 )
 from shared.programs import asks_tax_treatment, states_named, states_ruling
-from shared.scoping import cfr_wording, substance_words
+from shared.scoping import cfr_wording, defined_names, substance_words
 
 from services.scorer.confidence import ScorerThresholds, citation_coverage, compute_confidence
 from shared.figures import (
@@ -1004,7 +1004,10 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
               if not (_INITIALISM.fullmatch(n) and signals["relevance"] >= th.not_found_min_similarity)
               and not glossed(question, n, scope.absent_names)]
     absent_substances = [n for n in absent if substance_words(n) == [n.lower()]]
-    if absent and (absent_substances or not held_named) and not signals["specific_subject"]:
+    # the food whose standard is asked for ("is there a standard for Greek yogurt") is not held if no section
+    # mentions it, however well its broader subject ("Yogurt") is held
+    absent_defined = [n for n in absent if n in defined_names(question)]
+    if absent and ((absent_substances or not held_named) and not signals["specific_subject"] or absent_defined):
         names = _join([f"“{n}”" for n in absent])
         return _refuse(
             "not_found",
