@@ -336,7 +336,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("atf", "firearms, explosives and alcohol tax rules (ATF, TTB)", 27, (),
        r"\batf\b|\bttb\b|firearms?|\bffl\b|guns?\b|ammunition|explosives?|silencers?|suppressors?|"
        r"wine labels?|(?<!root )\bbeers?\b|distilled spirits|alcohol (?:labels?|labeling|permits?|excise)|brewer(?:y|ies)|"
-       r"winer(?:y|ies)|distiller(?:y|ies)"),
+       r"winer(?:y|ies)|distiller(?:y|ies)|\bhard ciders?\b|\bcider(?:y|ies)\b|\bhard seltzers?\b|\bmeader(?:y|ies)\b"),
     _p("ada", "the Americans with Disabilities Act", 28, ("35", "36"),
        r"(?-i:\bADA\b)|americans with disabilities|wheelchair ramps?|accessible parking|service animals?"),
     _p("osha", "OSHA workplace safety and health standards", 29, ("1904", "1910", "1926"),
@@ -484,6 +484,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        NOT_FEDERAL, (),
        r"\b(?:is|are)\b[^.?!]{0,60}\b(?:healthier|healthiest|better for (?:you|me|my \w+|kids|children))\b|"
        r"\b(?:is it|are they) safe (?:to eat|to drink|for (?:my|a|kids|children|babies|pregnant))\b|"
+       r"\b(?:long[- ]term|lasting|permanent) (?:damage|harm)\b|\b(?:ok|okay|fine|alright)\b[^.?!]{0,30}\bto (?:have|eat|drink)\b|"
        r"\bsafe to eat\b[^.?!]{0,40}\b(?:while|when|during) (?:pregnant|pregnancy|breastfeeding|nursing)\b|"
        r"\bhow many (?:cans|servings|cups|eggs|glasses)\b[^.?!]{0,20}\b(?:a|per) (?:day|week)\b[^.?!]{0,20}\b(?:okay|ok|safe|healthy)\b"),
     _p("general-knowledge", "where to find a particular store, office or website (a locator, not regulation)",

@@ -138,7 +138,8 @@ _DEFINED_NAME = [re.compile(p, re.I) for p in (
     r"\bwhat\s+makes\s+" + _ARTICLE + _NAMED_THING + r"\s+legally\b",
     r"\blegally\s+(?:called|labeled|labelled|named|sold\s+as)\s+" + _ARTICLE + _NAMED_THING + _NAMED_END,
     r"\blegally\s+[\"“‘'](?P<x>[^\"”’']{2,40})[\"”’']",
-    r"\b(?:call|label|name)\s+(?:it|them)\s+(?:as\s+)?(?![\"“‘'])" + _NAMED_THING + _NAMED_END,
+    r"\b(?:call|label|name)\s+(?:it|them|(?:a|an|the|our|my)\s+product)\s+(?:as\s+)?(?![\"“‘'])" + _NAMED_THING
+    + _NAMED_END,
     r"\b(?:call|calls|called|label|labels|labeled|name|market|sell|print)\s+(?:it|them|this|that|"
     r"(?:a|an|our|the|my)\s+\w+)?\s*(?:as\s+)?[\"“‘'](?P<x>[^\"”’']{2,40})[\"”’']",
 )]

@@ -128,6 +128,13 @@ def test_answerable_questions_never_name_only_rules_the_corpus_does_not_hold(dat
     ("What's an easy way to make ricotta at home from whole milk?", "cooking and kitchen know-how"),
     ("I make strawberry jam in my home kitchen and want to sell it at our farmers market. Do I need a license or "
      "an inspection first?", "a state's or a locality's own law"),
+    # heldout26's blind misses
+    ("I've been taking a diphenhydramine sleep aid every night for a year. Is that doing long-term damage?",
+     "whether a food or medicine is healthy or safe for someone (health advice, not regulation)"),
+    ("My dad is diabetic but loves white chocolate. Would it be OK for him to have some after dinner?",
+     "whether a food or medicine is healthy or safe for someone (health advice, not regulation)"),
+    ("We're starting a small hard cider company. How do we get our label approved?",
+     "firearms, explosives and alcohol tax rules (ATF, TTB)"),
 ])
 def test_general_knowledge_news_and_popular_rule_names_have_homes(question, name):
     assert name in [h.name for h, _ in named_homes(question)]
@@ -148,6 +155,11 @@ def test_general_knowledge_news_and_popular_rule_names_have_homes(question, name
 ])
 def test_rule_questions_about_recalls_and_eggs_are_not_general_knowledge(question):
     assert not [h for h, _ in named_homes(question) if h.family in ("general-knowledge", "events")]
+
+
+def test_fresh_apple_cider_is_juice_not_alcohol():
+    assert not [h for h, _ in named_homes("I press apple cider at my farm stand. Do I need a warning label?")
+                if h.family == "atf"]
 
 
 def test_what_homemade_food_must_contain_is_not_left_to_state_law():

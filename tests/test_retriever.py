@@ -295,6 +295,7 @@ async def test_hnsw_returns_as_many_rows_as_asked_under_the_active_filter(search
     ("We strain our yogurt and want to call it Greek yogurt. What protein does it need?", ["Greek yogurt"]),
     ("What's the minimum oil content before I can't call it mayonnaise anymore?", ["mayonnaise"]),
     ("What are we allowed to call it on the carton?", []),
+    ("minimum almond content to call a product almond butter", ["almond butter"]),
     ("Does feta cheese have an FDA standard of identity?", []),
 ])
 def test_the_food_a_question_asks_the_standard_of_is_a_name_to_check(question, names):

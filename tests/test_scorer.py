@@ -390,6 +390,9 @@ def test_a_standard_asked_for_a_food_no_section_mentions_is_not_found_though_its
     ("FDA pulled Red No. 3 from food. Do you think they'll ban it in cosmetics next?", "Do you think they'll"),
     ("will fda ban titanium dioxide in candy like europe did", "will fda ban"),
     ("Will USDA give our state more CSFP slots next year?", "Will USDA give our state more CSFP slots next year"),
+    # heldout26's blind misses
+    ("Which bottled water brand is safest for mixing my newborn's formula?", "safest"),
+    ("If I take the disqualification to federal court, am I likely to win?", "likely to win"),
 ])
 def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
     assert judgement_asked(question) == words
@@ -908,6 +911,14 @@ def test_a_states_own_figure_is_not_found_unless_a_section_names_the_state():
     # no figure asked for: the State is not asked about for a figure
     res = pre_gate("What is Ohio's view of gouda cheese?", retrieval_of())
     assert res.refusal is None or "Ohio" not in res.refusal.message
+
+
+def test_a_fine_asked_for_is_a_dollar_amount():
+    from services.scorer.gates import _ASKS_FOR_DOLLARS
+
+    assert _ASKS_FOR_DOLLARS.search("The egg case was running at 50°F. How much is the fine for that?")
+    assert _ASKS_FOR_DOLLARS.search("how much would the penalty be?")
+    assert not _ASKS_FOR_DOLLARS.search("How much is the fine powder allowed in the mix?")
 
 
 def test_a_dollar_amount_the_best_section_does_not_state_is_not_found():

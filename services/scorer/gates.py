@@ -392,7 +392,9 @@ def analyse_question(question: str) -> QuestionTerms:
 _ASKS_FOR_DOLLARS = re.compile(
     r"\b(?:what|which)\s+(?:dollar|\$)|\bdollar\s+(?:[a-z-]+\s+){0,2}(?:amounts?|figures?|thresholds?|limits?|values?|"
     r"caps?)\b|"
-    r"\bhow\s+(?:much|many)\s+(?:money|dollars)\b|\bin\s+dollars\b",
+    r"\bhow\s+(?:much|many)\s+(?:money|dollars)\b|\bin\s+dollars\b|"
+    r"\bhow\s+much\s+(?:is|are|would(?:\s+be)?|will(?:\s+be)?)\s+(?:the|a|my|our)\s+(?:fines?|penalt(?:y|ies))"
+    r"(?=\s*(?:be\b|for\b|per\b|if\b|on\b|when\b|that\b|[?,.!]|$))",
     re.I,
 )
 _STATES_DOLLARS = re.compile(r"\$\s?\d|\bdollars?\b", re.I)
@@ -539,7 +541,8 @@ _JUDGEMENT = re.compile("|".join((
     r"\bchances? (?:of|that) (?:winning|getting|being|we|i)\b",
     r"\b(?:any|what are (?:my|our|the)|good) chances?\b",
     r"\brealistically\b",
-    r"\b(?:safer|healthier)\b",
+    r"\b(?:safer|healthier|safest|healthiest)\b",
+    r"\b(?:likely|going) to win\b|\bwould (?:i|we|they) win\b",
     # an evaluative comparison, not "which is higher, the cheddar or the colby minimum"
     r"\bwhich (?:\w+ )?(?:is|works|would be|one is|would do|are) (?:(?:a lot|much|any) )?(?:better|worse|safer|best|"
     r"more for|easier|harder|gentler|rougher|cheaper|stronger|weaker|riskier|less risky|more effective|less effective|"
