@@ -393,6 +393,7 @@ def test_a_standard_asked_for_a_food_no_section_mentions_is_not_found_though_its
     # heldout26's blind misses
     ("Which bottled water brand is safest for mixing my newborn's formula?", "safest"),
     ("If I take the disqualification to federal court, am I likely to win?", "likely to win"),
+    ("I'm type 2 diabetic. Is white chocolate a better choice for me than milk chocolate?", "a better choice"),
 ])
 def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
     assert judgement_asked(question) == words
@@ -919,6 +920,9 @@ def test_a_fine_asked_for_is_a_dollar_amount():
     assert _ASKS_FOR_DOLLARS.search("The egg case was running at 50°F. How much is the fine for that?")
     assert _ASKS_FOR_DOLLARS.search("how much would the penalty be?")
     assert not _ASKS_FOR_DOLLARS.search("How much is the fine powder allowed in the mix?")
+    assert _ASKS_FOR_DOLLARS.search("We're opening a wholesale drug distributor. What does the state license cost?")
+    # what a failure costs the agency is not a price
+    assert not _ASKS_FOR_DOLLARS.search("FNS did not answer in time. What does that failure to answer cost FNS?")
 
 
 def test_a_dollar_amount_the_best_section_does_not_state_is_not_found():

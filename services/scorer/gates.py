@@ -394,7 +394,11 @@ _ASKS_FOR_DOLLARS = re.compile(
     r"caps?)\b|"
     r"\bhow\s+(?:much|many)\s+(?:money|dollars)\b|\bin\s+dollars\b|"
     r"\bhow\s+much\s+(?:is|are|would(?:\s+be)?|will(?:\s+be)?)\s+(?:the|a|my|our)\s+(?:fines?|penalt(?:y|ies))"
-    r"(?=\s*(?:be\b|for\b|per\b|if\b|on\b|when\b|that\b|[?,.!]|$))",
+    r"(?=\s*(?:be\b|for\b|per\b|if\b|on\b|when\b|that\b|[?,.!]|$))|"
+    # the price of something one pays for: "what does the state license cost"
+    r"\b(?:what|how\s+much)\s+(?:does|do|will|would)\s+(?:the\s+|a\s+|an\s+|my\s+|our\s+|this\s+|that\s+)?"
+    r"(?:[\w-]+\s+){0,4}?(?:licen[cs]es?|permits?|registrations?|certifications?|applications?|fees?|kiosks?|"
+    r"inspections?|renewals?|cards?|premiums?|envelopes?|tests?)\s+cost\b",
     re.I,
 )
 _STATES_DOLLARS = re.compile(r"\$\s?\d|\bdollars?\b", re.I)
@@ -543,6 +547,7 @@ _JUDGEMENT = re.compile("|".join((
     r"\brealistically\b",
     r"\b(?:safer|healthier|safest|healthiest)\b",
     r"\b(?:likely|going) to win\b|\bwould (?:i|we|they) win\b",
+    r"\b(?:a|the) better (?:choice|option|buy|pick|bet)\b",
     # an evaluative comparison, not "which is higher, the cheddar or the colby minimum"
     r"\bwhich (?:\w+ )?(?:is|works|would be|one is|would do|are) (?:(?:a lot|much|any) )?(?:better|worse|safer|best|"
     r"more for|easier|harder|gentler|rougher|cheaper|stronger|weaker|riskier|less risky|more effective|less effective|"
