@@ -49,10 +49,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path("/tmp/regs_reader")
 VALIDATION = tuple(f"eval/heldout{n}.jsonl" for n in (15, 16, 17, 18, 20, 21))
-# neither trained nor validated on: each run once through the gateway (22 to 27 were written after the shipped
+# neither trained nor validated on: each run once through the gateway (22 to 28 were written after the shipped
 # weights were trained)
 BLIND = ("eval/heldout19.jsonl", "eval/heldout22.jsonl", "eval/heldout23.jsonl", "eval/heldout24.jsonl",
-         "eval/heldout25.jsonl", "eval/heldout26.jsonl", "eval/heldout27.jsonl")
+         "eval/heldout25.jsonl", "eval/heldout26.jsonl", "eval/heldout27.jsonl", "eval/heldout28.jsonl")
 BATCH = 16
 TUNED_LAYERS_FROM = 3  # layers below this, and the embeddings, stay frozen
 
