@@ -69,15 +69,14 @@ class Generator:
             fallback_reason = failure.reason
             # a missing key is configuration, not an incident: said once, then every call's label and its info
             # line carry it (a warning per call was 44,000 lines in one eval day)
-            level = logging.WARNING
-            if fallback_reason == "no_api_key":
-                level = logging.DEBUG if self._told_no_key else logging.WARNING
-                self._told_no_key = True
+            no_key = fallback_reason == "no_api_key"
+            level = logging.DEBUG if no_key and self._told_no_key else logging.WARNING
+            self._told_no_key = self._told_no_key or no_key
             log.log(
                 level, "generation %s: %s/%s failed (%s); fallback %s%s", request.step, requested_provider,
                 requested_model, fallback_reason, self.settings.generation_fallback,
-                "; said once: every call without a key falls back the same way" if level == logging.WARNING
-                and fallback_reason == "no_api_key" else "",
+                "; said once: every call without a key falls back the same way" if no_key and level == logging.WARNING
+                else "",
             )
             if self.settings.generation_fallback == "refuse" or self.primary is self.extractive:
                 return self._refused(request, requested_provider, requested_model, fallback_reason, started)

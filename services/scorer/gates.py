@@ -300,31 +300,32 @@ def relevant_figures(text: str, key_stems: set[str], anchors: list[Figure], wind
     return hits
 
 
-def primary_figures(text: str, key_stems: set[str], anchors: list[Figure], window: int = 10,
-                    min_overlap: int = 1) -> tuple[list[Figure], int]:
-    """The figures of the best-matching clauses (highest overlap), de-duplicated, and that overlap."""
-    found = relevant_figures(text, key_stems, anchors, window)
-    if any(h.anchored for h in found):
-        found = [h for h in found if h.anchored]
-    if not found:
-        return [], 0
-    best = max(h.overlap for h in found)
-    if best < min_overlap:
-        return [], best
-    out: list[Figure] = []
-    for h in found:
-        if h.overlap == best and not any(h.figure.key == o.key for o in out):
-            out.append(h.figure)
-    return out, best
-
-
-def primary_clauses(text: str, key_stems: set[str], anchors: list[Figure], window: int = 10) -> list[str]:
-    """The clauses ``primary_figures`` takes its figures from."""
+def primary_hits(text: str, key_stems: set[str], anchors: list[Figure], window: int = 10) -> list[FigureHit]:
+    """The figure hits of the best-matching clauses (highest overlap; clauses holding the question's own figure
+    first)."""
     found = relevant_figures(text, key_stems, anchors, window)
     if any(h.anchored for h in found):
         found = [h for h in found if h.anchored]
     best = max((h.overlap for h in found), default=0)
-    return list(dict.fromkeys(h.clause for h in found if h.overlap == best))
+    return [h for h in found if h.overlap == best]
+
+
+def _distinct_figures(hits: list[FigureHit]) -> list[Figure]:
+    out: list[Figure] = []
+    for h in hits:
+        if not any(h.figure.key == o.key for o in out):
+            out.append(h.figure)
+    return out
+
+
+def primary_figures(text: str, key_stems: set[str], anchors: list[Figure], window: int = 10,
+                    min_overlap: int = 1) -> tuple[list[Figure], int]:
+    """The figures of the best-matching clauses (highest overlap), de-duplicated, and that overlap."""
+    hits = primary_hits(text, key_stems, anchors, window)
+    best = hits[0].overlap if hits else 0
+    if best < min_overlap:
+        return [], best
+    return _distinct_figures(hits), best
 
 
 def _wording(clause: str, own_name: set[str]) -> set[str]:
@@ -337,11 +338,10 @@ def same_requirement(a: list[str], b: list[str], own_a: set[str], own_b: set[str
     sibling standards do ("the minimum milkfat content is 50 percent by weight of the solids" in Cheddar, "... 46
     percent ..." in Gouda), unlike sections of one part that state figures for different things (the cost-sharing
     sections' 100 percent of poverty and 20 percent of the cost of a drug)."""
-    for clause_a in a:
-        for clause_b in b:
-            wa, wb = _wording(clause_a, own_a), _wording(clause_b, own_b)
-            if wa and wb and len(wa & wb) / len(wa | wb) >= min_share:
-                return True
+    wordings_b = [w for w in (_wording(c, own_b) for c in b) if w]
+    for wa in (_wording(c, own_a) for c in a):
+        if wa and any(len(wa & wb) / len(wa | wb) >= min_share for wb in wordings_b):
+            return True
     return False
 
 
@@ -1267,20 +1267,20 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             candidates = [m for m in candidates
                           if m.similarity is None or m.similarity >= max(sims) - th.sibling_similarity_window]
         per_member = []
+        clauses: dict[str, list[str]] = {}
         for m in candidates:
-            figs, _ = primary_figures(m.text, key, q.anchors, th.figure_window_tokens)
-            if figs:
-                per_member.append((m, figs))
+            hits_m = primary_hits(m.text, key, q.anchors, th.figure_window_tokens)
+            if hits_m:
+                per_member.append((m, _distinct_figures(hits_m)))
+                clauses[m.cfr_ref] = list(dict.fromkeys(h.clause for h in hits_m))
         if len(per_member) >= 2 and figure_question:
             # siblings diverge on one requirement; a part's sections that share a heading word and state figures
             # for different things ("Cost sharing", "Cost sharing for drugs") are not a choice between siblings
-            clauses = {m.cfr_ref: primary_clauses(m.text, key, q.anchors, th.figure_window_tokens)
-                       for m, _ in per_member}
-            per_member = [(m, figs) for m, figs in per_member
-                          if names_a_kind_of(m, family.word)
-                          and any(same_requirement(clauses[m.cfr_ref], clauses[o.cfr_ref], _heading_stems(m),
+            kinds = [(m, figs) for m, figs in per_member if names_a_kind_of(m, family.word)]
+            per_member = [(m, figs) for m, figs in kinds
+                          if any(same_requirement(clauses[m.cfr_ref], clauses[o.cfr_ref], _heading_stems(m),
                                                   _heading_stems(o), th.sibling_min_shared_wording)
-                                 for o, _ in per_member if o is not m and names_a_kind_of(o, family.word))]
+                                 for o, _ in kinds if o is not m)]
         if len(per_member) >= 2 and figure_question:
             units = Counter(f.unit for _, figs in per_member for f in figs)
             unit = units.most_common(1)[0][0]

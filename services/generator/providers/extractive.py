@@ -136,7 +136,7 @@ class ExtractiveProvider:
         if embedder is None or not texts:
             return None
         with self._lock:
-            if self._vectors is None or self._vectors.embedder is not embedder:
+            if self._vectors is None:
                 self._vectors = EmbeddingCache(embedder, CACHE_SIZE)
         return self._vectors.embed(texts)
 
