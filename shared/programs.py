@@ -163,6 +163,12 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("animal-drugs", "drug residue tolerances and withdrawal times in food animals", 21, ("556",),
        r"withdrawal (?:period|time)|drug residues? in (?:milk|meat|eggs)"),
     _p("animal-drugs", "good manufacturing practice for medicated feeds", 21, ("225", "226"), r"medicated feeds?"),
+    # BSE in what people eat or put on: the prohibited cattle materials rules for food, supplements and cosmetics
+    # (21 CFR 189.5, 700.27), not the feed ban ("tallow in cosmetics under the mad cow rule")
+    _p("animal-drugs", "prohibited cattle materials in human food and cosmetics", 21, ("189", "700"),
+       r"prohibited cattle materials?|"
+       r"(?:mad cow|\bbse\b)[^.?!]{0,80}\b(?:cosmetics?|human food|dietary supplements?|lipsticks?|lotions?)\b|"
+       r"\b(?:cosmetics?|human food|dietary supplements?|lipsticks?|lotions?)\b[^.?!]{0,80}(?:mad cow|\bbse\b)"),
     _p("animal-drugs", "animal food and feed rules (including the ruminant feed ban)", 21, ("500", "501", "507", "573",
                                                                                          "579", "589"),
        r"cattle feed|livestock feed|pet foods?|dog foods?|cat foods?|(?:dog|cat|pet) treats?|guaranteed analysis|"
@@ -416,6 +422,15 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"text messages? marketing|telephone (?:consumer|carriers?)"),
     _p("tsa", "airport and transportation security (TSA)", 49, ("1540", "1544"),
        r"\btsa\b|airport security|security checkpoints?|carry-on (?:bags?|luggage|liquids|items)|precheck"),
+    # food carried by truck or rail is FDA's sanitary transportation rule (21 CFR part 1, subpart O), whoever drives
+    _p("dot", "sanitary transportation of human and animal food", 21, ("1",),
+       r"sanitary transportation|"
+       # (a food truck is a mobile kitchen, and a driver's hours are DOT's whatever the load)
+       r"^(?!.*\b(?:hours?|cdl|drug tests?|hazmat)\b)(?:.*"
+       r"\b(?<!food )(?:truck\w*|carriers?|shippers?|loaders?|reefers?|trailers?|rail ?cars?)\b[^.?!]{0,60}\bfoods?\b"
+       r"(?!\s+trucks?)|"
+       r".*\bfoods?\b(?!\s+trucks?)[^.?!]{0,40}\b(?:truck\w*|carriers?|shippers?|loaders?|reefers?|trailers?|"
+       r"rail ?cars?)\b)"),
     _p("dot", "transportation rules (FMCSA, PHMSA, NHTSA, FRA, FTA)", 49, ("171", "382", "391", "395", "571"),
        r"hours[- ]of[- ]service|truck (?:drivers?|driving)|trucking|commercial (?:driver|motor vehicle)s?|\bcdl\b|"
        r"\bfmcsa\b|hazardous materials? (?:shipping|transport\w*|tables?)|\bhazmat\b|\bphmsa\b|pipeline safety|"
@@ -428,6 +443,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     # ------------------------------------------------------------------ laws no CFR part governs
     _p("no-rule", "religious dietary certification (kosher, halal), which no federal regulation defines",
        NOT_FEDERAL, (), r"\bkosher\b|\bhalal\b"),
+    # the agreements under which FDA and a foreign authority accept each other's inspections are U.S. rules
+    # (21 CFR part 26), though the question names the other side ("how long does an EU authority have to send FDA ...")
+    _p("foreign", "mutual recognition of inspections between FDA and foreign authorities", 21, ("26",),
+       r"mutual recognition|\bmras?\b|\bu\.?s\.?[- ]eu\b|\beu[- ]u\.?s\.?\b"),
     _p("foreign", "another country's own rules", NOT_FEDERAL, (),
        r"health canada|\bcfia\b|\befsa\b|european (?:union|commission)|\beu(?:'s)?\b|\bmhra\b|"
        r"\bpdo\b|protected designation of origin|"

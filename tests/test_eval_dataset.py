@@ -188,3 +188,17 @@ def test_held_out_sets_are_well_formed_and_their_gold_and_facts_are_real(name):
         assert r["gold"] and all(REF_RE.match(g) and g in index for g in r["gold"]), r["id"]
         for fact in r["facts"]:
             assert any(norm(fact) in index[g] for g in r["gold"]), (r["id"], fact)
+
+
+def test_the_reader_contrast_pairs_are_real_and_paired():
+    """eval/contrast.jsonl (the answer reader's training pairs): each answerable question sits next to a not_found
+    one on the same section; gold and facts hold as in every set."""
+    data = [json.loads(line) for line in (ROOT / "eval" / "contrast.jsonl").read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+    assert len(data) == 400 and len({r["id"] for r in data}) == 400
+    index = corpus_index()
+    for answerable, unanswerable in zip(data[::2], data[1::2]):
+        assert answerable["kind"] == "fact" and unanswerable["kind"] == "not_found", answerable["id"]
+        assert unanswerable["gold"] == [] and unanswerable["facts"] == []
+        assert all(REF_RE.match(g) and g in index for g in answerable["gold"]), answerable["id"]
+        assert all(any(norm(f) in index[g] for g in answerable["gold"]) for f in answerable["facts"]), answerable["id"]

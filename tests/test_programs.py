@@ -166,3 +166,31 @@ def test_what_homemade_food_must_contain_is_not_left_to_state_law():
     """The State licenses a home kitchen; what the jam must contain is the federal standard's, whoever makes it."""
     question = "I'm a home canner selling homemade strawberry jam at the farmers market. How much fruit must it contain?"
     assert not [h for h, _ in named_homes(question) if h.family == "state-law"]
+
+
+@pytest.mark.parametrize("question, name, held_title", [
+    # session 12's paired questions: FDA's own rules whose questions name another regulator's words
+    ("Under the US-EU mutual recognition agreement, how long does an EU authority have to send FDA a preapproval "
+     "inspection report?", "mutual recognition of inspections between FDA and foreign authorities", 21),
+    ("Can tallow-derived ingredients go into cosmetics under the mad cow (prohibited cattle materials) rule?",
+     "prohibited cattle materials in human food and cosmetics", 21),
+    ("how long does a trucking company keep driver food safty training records after the driver quits?",
+     "sanitary transportation of human and animal food", 21),
+    ("What temperature must a carrier keep frozen food at in transit?",
+     "sanitary transportation of human and animal food", 21),
+    # ... while the other regulator's own questions keep their homes
+    ("Is this color additive approved in the EU?", "another country's own rules", 0),
+    ("Is dog food covered by the mad cow feed ban?", "animal food and feed rules (including the ruminant feed ban)",
+     21),
+    ("How many hours can a truck driver hauling frozen food drive in a day?",
+     "transportation rules (FMCSA, PHMSA, NHTSA, FRA, FTA)", 49),
+])
+def test_fda_rules_named_in_another_regulators_words_keep_their_own_home(question, name, held_title):
+    homes = {h.name: h.title for h, _ in named_homes(question)}
+    assert homes.get(name) == held_title, homes
+
+
+def test_a_food_truck_is_a_kitchen_not_food_transportation():
+    homes = [h.name for h, _ in named_homes("what permits does a food truck need from the city health department")]
+    assert "sanitary transportation of human and animal food" not in homes
+    assert "a state's or a locality's own law" in homes

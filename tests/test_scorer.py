@@ -1271,3 +1271,30 @@ def test_a_heading_word_every_sibling_shares_does_not_single_one_out():
     res = pre_gate(question, RetrieveResult(scope=Scope(), hits=hits, mode="hybrid", top_k=10, embedding_model="m"))
     assert res.proceed
     assert [s.cfr_ref for s in res.sections][:2] == ["7 CFR 283.25", "7 CFR 283.4"]
+
+
+def test_a_dye_named_by_its_number_singles_out_its_listing():
+    from services.scorer.gates import Family, numbered_named
+
+    reds = [make_hit("21 CFR 133.142", 0.6, i + 1).model_copy(update={"cfr_ref": f"21 CFR 74.{n}", "heading": h})
+            for i, (n, h) in enumerate([("340", "FD&C Red No. 40."), ("1330", "D&C Red No. 30."),
+                                        ("1333", "D&C Red No. 33.")])]
+    family = Family(word="red", surface="red", members=reds)
+    for question in ("lead limit red 40 dye", "What's the lead limit in Red #40?", "red no. 40 lead"):
+        assert [m.cfr_ref for m in numbered_named(family, question)] == ["21 CFR 74.340"], question
+    assert numbered_named(family, "lead limit for red dyes, up to 40 ppm?") == []
+    assert numbered_named(family, "lead limit in red 400") == []
+
+
+def test_a_quoted_claim_worded_in_a_section_is_not_an_absent_name():
+    from services.scorer.gates import worded_in
+
+    hit = make_hit("21 CFR 133.142", 0.6, 1).model_copy(update={
+        "heading": "Drug products marketed as over-the-counter (OTC) daytime sedatives.",
+        "text": "Products labeled for relief of nervous tension, with claims such as calming or relaxing ..."})
+    question = "I want to sell an OTC 'daytime calming' tablet. Is there an approved monograph ingredient?"
+    assert worded_in(question, "daytime calming", [hit])
+    # a proper name is not reworded, however many of its words a section has; nor is a word missing from it
+    assert not worded_in("Does the Department of Energy set it?", "Department of Energy",
+                         [hit.model_copy(update={"text": "the Department ... energy"})])
+    assert not worded_in("Can I sell a 'Greek yogurt'?", "Greek yogurt", [hit])

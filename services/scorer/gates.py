@@ -488,6 +488,15 @@ def glossed(question: str, name: str, absent: list[str]) -> bool:
     return False
 
 
+def worded_in(question: str, name: str, hits: list[Hit]) -> bool:
+    """Whether ``name`` is a claim the user quotes in their own words, every word of which one of ``hits`` has,
+    though not as a phrase ("a 'daytime calming' tablet" against "... daytime sedatives ... calming"): it names
+    what the section is about. A proper name ("Department of Energy") is not reworded, nor is one word."""
+    words = stem_set(name)
+    quoted = re.search(rf"[\"“‘']{re.escape(name)}[\"”’']", question, re.I) is not None
+    return quoted and len(words) > 1 and any(words <= stem_set(f"{h.heading} {h.text}") for h in hits)
+
+
 def asked_to_join(question: str, said: str) -> bool:
     """Whether the program the question names with ``said`` is the one it asks to qualify for, apply to or get
     ("am I eligible for WIC", "can I sign up for Medigap"), not the asker's situation ("I'm on Medicaid")."""
@@ -776,7 +785,7 @@ def named_members(family: Family, question: str, retrieval: RetrieveResult, q: Q
         matched = [refs[r] for r in subject.cfr_refs if r in refs]
         if matched and len(matched) < len(family.members):
             return _best_named(matched, family, q) or matched
-    named = [m for m in family.members if _distinguishing(m, family) & q.stems]
+    named = [m for m in family.members if _distinguishing(m, family) & q.stems] or numbered_named(family, question)
     if not named:
         # a name the standard itself gives the food besides its heading ("Light cream" ... the name of the food
         # is "coffee cream" or "table cream")
@@ -787,6 +796,21 @@ def named_members(family: Family, question: str, retrieval: RetrieveResult, q: Q
     # every member shares a named word ("process cheese food" vs "process cheese"): the ones whose heading the
     # question names most completely are singled out, unless that is all of them
     return [] if len(best) == len(family.members) else best
+
+
+_NUMBERED_NAME = re.compile(r"\b([a-z]+)\s+no\.\s*(\d+)\b", re.I)
+
+
+def numbered_named(family: Family, question: str) -> list[Hit]:
+    """Members named by the number their heading gives them: "red 40" or "Red #40" names "FD&C Red No. 40"
+    (the words alone, "red", are every red's)."""
+    found = []
+    for member in family.members:
+        for word, number in _NUMBERED_NAME.findall(member.heading):
+            if re.search(rf"\b{re.escape(word)}\s*(?:no\.?\s*|number\s*|#\s*)?{number}\b", question, re.I):
+                found.append(member)
+                break
+    return found if len(found) < len(family.members) else []
 
 
 def _best_named(named: list[Hit], family: Family, q: QuestionTerms) -> list[Hit]:
@@ -1010,7 +1034,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # match a section well enough to pass the not_found rule on their own
     absent = [n for n in scope.absent_names
               if not (_INITIALISM.fullmatch(n) and signals["relevance"] >= th.not_found_min_similarity)
-              and not glossed(question, n, scope.absent_names)]
+              and not glossed(question, n, scope.absent_names) and not worded_in(question, n, hits[:3])]
     absent_substances = [n for n in absent if substance_words(n) == [n.lower()]]
     # the food whose standard is asked for ("is there a standard for Greek yogurt") is not held if no section
     # mentions it, however well its broader subject ("Yogurt") is held
