@@ -52,7 +52,8 @@ VALIDATION = tuple(f"eval/heldout{n}.jsonl" for n in (15, 16, 17, 18, 20, 21))
 # neither trained nor validated on: each run once through the gateway (22 to 28 were written after the shipped
 # weights were trained)
 BLIND = ("eval/heldout19.jsonl", "eval/heldout22.jsonl", "eval/heldout23.jsonl", "eval/heldout24.jsonl",
-         "eval/heldout25.jsonl", "eval/heldout26.jsonl", "eval/heldout27.jsonl", "eval/heldout28.jsonl")
+         "eval/heldout25.jsonl", "eval/heldout26.jsonl", "eval/heldout27.jsonl", "eval/heldout28.jsonl",
+         "eval/heldout29.jsonl", "eval/heldout30.jsonl")
 # held subject, absent fact: 200 pairs of an answerable question and a not_found one on the same section, written
 # by helpers for the reader (session 12); trained on, never run through the gateway as an evaluation set
 CONTRAST = "eval/contrast.jsonl"
