@@ -69,6 +69,12 @@ def tokens(text: str) -> list[str]:
     return [_stem(_CFR_SPELLING.get(t, t)) for t in re.findall(r"[a-z0-9&]+(?:'[a-z]+)?", text)]
 
 
+# a hyphened word describing what a thing does or lacks ("a skin-lightening cream", "a sugar-free syrup"), not the
+# name of a variety ("cold-pack cheese")
+_DESCRIBING_COMPOUND = re.compile(r"-(?:[a-z]+ing|[a-z]+ed|free|based|like|style|type|friendly|proof|resistant)$|"
+                                  r"^(?:low|high|reduced|non|no|extra)-", re.I)
+
+
 @dataclass(frozen=True)
 class CatalogEntry:
     cfr_ref: str
@@ -334,7 +340,8 @@ class Catalog:
         for word, head in zip(words, words[1:]):
             stem = _stem(word)
             if (_stem(head) in self.variety_heads and len(word) > 2 and stem not in _STOP and stem not in _FUNCTION
-                    and stem not in _ADMINISTRATIVE and stem not in self.variety_heads):
+                    and stem not in _ADMINISTRATIVE and stem not in self.variety_heads
+                    and not _DESCRIBING_COMPOUND.search(word)):
                 out.append(word)
         return out
 

@@ -447,3 +447,14 @@ def test_common_drug_brands_are_searched_by_the_generic_names_the_schedules_use(
     assert cfr_wording("Can my Klonopin be refilled?") == ["clonazepam"]
     assert cfr_wording("Is Ritalin schedule II?") == ["methylphenidate"]
     assert cfr_wording("Sonata the musical form") == []  # the brand only in a drug context
+
+
+def test_a_hyphened_word_describing_a_thing_is_not_a_variety_name():
+    names = ("Gouda", "Cheddar", "Edam", "Blue", "Colby", "Swiss", "Brick", "Muenster", "Cold-pack")
+    catalog = Catalog([CatalogEntry(f"21 CFR 133.{100 + i}", 21, "133", f"133.{100 + i}", f"{n} cheese")
+                       for i, n in enumerate(names)])  # "cheese" heads many headings: a variety head
+    assert "feta" in catalog.variety_words("Is there a standard for feta cheese?")
+    assert "cold-pack" in catalog.variety_words("What goes into cold-pack cheese?")
+    for question in ("Is a skin-lightening cheese wash allowed?", "Can a reduced-sodium cheese be sold?",
+                     "Is sugar-free cheese a thing?"):
+        assert catalog.variety_words(question) == [], question

@@ -1298,3 +1298,18 @@ def test_a_quoted_claim_worded_in_a_section_is_not_an_absent_name():
     assert not worded_in("Does the Department of Energy set it?", "Department of Energy",
                          [hit.model_copy(update={"text": "the Department ... energy"})])
     assert not worded_in("Can I sell a 'Greek yogurt'?", "Greek yogurt", [hit])
+
+
+def test_sections_stating_figures_for_different_things_do_not_conflict():
+    from services.scorer.gates import worded_apart
+
+    fpl = ["(A) 150 percent FPL (for premiums) or 133 percent FPL (for cost sharing)"]
+    premiums = ["(1) Pregnant women described in paragraph (a)(1)(ii) of this section may be charged premiums that do "
+                "not exceed 10 percent of the amount by which their family income exceeds 150 percent of the FPL."]
+    assert worded_apart(fpl, premiums, {"limit", "premium", "cost", "share"}, {"premium"}, 0.3)
+    # one requirement in like words, or a table row too short to tell, may conflict
+    held = ["Milk shall be deemed to have been pasteurized if it has been held at a temperature of not less than "
+            "143 °F for a period of not less than 30 minutes"]
+    held_too = ["milk is pasteurized when held at a temperature of not less than 145 °F for not less than 30 minutes"]
+    assert not worded_apart(held, held_too, {"cheddar"}, {"milk"}, 0.3)
+    assert not worded_apart(["145 °F 1 | 30 minutes"], held, {"milk"}, {"cheddar"}, 0.3)

@@ -345,6 +345,24 @@ def same_requirement(a: list[str], b: list[str], own_a: set[str], own_b: set[str
     return False
 
 
+def _clauses_stating(text: str, key_stems: set[str], anchors: list[Figure], th: ScorerThresholds, unit: str,
+                     value: float) -> list[str]:
+    """The clauses of ``text`` that state ``value`` in ``unit`` for the question's terms: two sections conflict only
+    when they state their figures for one requirement in like words (not 447.56's "133 percent" of the poverty line
+    against 447.55's premiums capped at "10 percent" of income)."""
+    return [h.clause for h in relevant_figures(text, key_stems, anchors, th.figure_window_tokens)
+            if h.figure.unit == unit and h.figure.value == value]
+
+
+def worded_apart(a: list[str], b: list[str], own_a: set[str], own_b: set[str], min_share: float,
+                 min_words: int = 3) -> bool:
+    """Whether two sections' clauses plainly state their figures for different things: every clause worded (a
+    table row, "145 °F | 30 minutes", has too few words to tell) and no pair sharing ``min_share`` of its words."""
+    if not a or not b or any(len(_wording(c, set())) < min_words for c in a + b):
+        return False
+    return not same_requirement(a, b, own_a, own_b, min_share)
+
+
 def term_figures(text: str, key_stems: set[str], anchors: list[Figure], th: ScorerThresholds) -> dict:
     """Figures of ``text`` for the question's terms, grouped by the question terms their clause holds
     (``frozenset`` of stems, or ``{"#anchor"}`` for clauses holding the question's own figure); only clauses that
@@ -1364,7 +1382,10 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
             for unit in sorted({f.unit for f in fa} & {f.unit for f in fb}):
                 va = sorted({f.value for f in fa if f.unit == unit})
                 vb = sorted({f.value for f in fb if f.unit == unit})
-                if len(va) == 1 and len(vb) == 1 and va != vb:
+                if len(va) == 1 and len(vb) == 1 and va != vb and not worded_apart(
+                        _clauses_stating(a.text, conflict_key, q.anchors, th, unit, va[0]),
+                        _clauses_stating(b.text, conflict_key, q.anchors, th, unit, vb[0]),
+                        _heading_stems(a), _heading_stems(b), th.sibling_min_shared_wording):
                     ka, kb = format_figure(va[0], unit), format_figure(vb[0], unit)
                     signals["conflict_pairs"] = signals.get("conflict_pairs", 0.0) + 1
                     return _refuse(
