@@ -194,7 +194,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        ("1240",), r"(?:sell|sale of|selling|ship\w*) (?:raw|unpasteurized) milk (?:across|interstate|to consumers)|"
                   r"small turtles|pet turtles"),
     _p("tissue", "human cells, tissues and tissue-based products", 21, ("1270", "1271"),
-       r"human cells?,? tissues?|tissue (?:banks?|donors?|establishments?)|stem cell clinics?"),
+       r"human cells?,? tissues?|tissue (?:banks?|donors?|establishments?)|stem cell clinics?|"
+       r"(?:sperm|egg|oocyte|embryo|semen|cornea|bone marrow|cord blood) (?:donors?|donations?|banks?)|\bhct/?ps?\b"),
     _p("dea", "DEA controlled substance rules", 21, ("1300", "1301", "1304", "1306", "1308"),
        r"\bdea\b|controlled substances?|schedule (?:i|ii|iii|iv|v)\b"),
     # ------------------------------------------------------------------ title 42: Medicare and Medicaid, public health
@@ -303,7 +304,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("ftc", "FTC trade regulation rules", 16, (),
        r"\bftc\b|made in usa|federal trade commission|funeral (?:rule|homes?)|franchise (?:rule|disclosure)|"
        r"care label\w*|textile (?:labels?|fiber)|telemarketing sales rule|do[- ]not[- ]call|\bcoppa\b|"
-       r"children's online privacy|endorsements? guides?|fake reviews?|negative option|click to cancel"),
+       r"children's online privacy|endorsements? guides?|fake reviews?|negative option|click to cancel|"
+       r"auto-?renew\w*|automatic(?:ally)? renew\w*|free trials?"),
     _p("cpsc", "consumer product safety rules (CPSC)", 16, ("1500", "1303", "1220"),
        r"\bcpsc\b|consumer product safety|children's products?|\btoys?\b|\bcribs?\b|bike helmets?|"
        r"bicycle helmets?|mattress flammab\w+|lead[- ]based paint (?:on|in) (?:toys|furniture)|window blind cords?"),
@@ -481,7 +483,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bhow many (?:people|persons|americans|households|families|stores|retailers|recipients|participants|"
        r"beneficiaries|pharmacies|companies|firms|seniors|children|kids)\b (?:are|were|have been|got|get|receive|received)"
        r"(?: \w+){0,2} (?:enrolled|participating|served|receiving|on|in|using|authorized|disqualified|fined|"
-       r"sanctioned|approved|denied)\b"),
+       r"sanctioned|approved|denied)\b|"
+       # how many did something in a past year: "How many people in the US donated blood last year?"
+       r"\bhow many (?:people|persons|americans|households|families|stores|retailers|pharmacies|companies|firms|"
+       r"patients|donors)\b[^.?!]{0,60}\b(?:last year|in (?:19|20)\d\d)\b"),
     _p("events", "who holds an office, and an agency's history (news and history, not regulation)", NOT_FEDERAL, (),
        r"\bwho (?:is|was) (?:the )?(?:current|first|new|acting|last|previous)\b|"
        r"\bwhen (?:was|were|did) (?:the )?(?:\w+ ){0,3}(?:first )?(?:created|founded|established|set up)\b"),

@@ -195,3 +195,20 @@ def test_a_food_truck_is_a_kitchen_not_food_transportation():
     homes = [h.name for h, _ in named_homes("what permits does a food truck need from the city health department")]
     assert "sanitary transportation of human and animal food" not in homes
     assert "a state's or a locality's own law" in homes
+
+
+@pytest.mark.parametrize("question, name", [
+    ("How many people in the US donated blood last year?",
+     "counts of people or businesses in a program (statistics, not regulation)"),
+    ("We're using a friend as a known sperm donor through a clinic. What donor screening is required?",
+     "human cells, tissues and tissue-based products"),
+    ("We sell a subscription with a free trial that auto-renews. What cancellation rules apply?",
+     "FTC trade regulation rules"),
+])
+def test_heldout29_and_30_misses_have_homes(question, name):
+    assert name in [h.name for h, _ in named_homes(question)]
+
+
+def test_a_donor_count_a_rule_sets_is_not_a_statistic():
+    assert not [h for h, _ in named_homes("How many donors must a blood bank test each year for HIV?")
+                if h.family == "general-knowledge"]

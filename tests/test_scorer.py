@@ -1313,3 +1313,25 @@ def test_sections_stating_figures_for_different_things_do_not_conflict():
     held_too = ["milk is pasteurized when held at a temperature of not less than 145 °F for not less than 30 minutes"]
     assert not worded_apart(held, held_too, {"cheddar"}, {"milk"}, 0.3)
     assert not worded_apart(["145 °F 1 | 30 minutes"], held, {"milk"}, {"cheddar"}, 0.3)
+
+
+@pytest.mark.parametrize("question, words", [
+    # heldout29/30's blind misses: advice as know-how, taste, tips and prices
+    ("my homemade mozzarella curd keeps breaking instead of stretching, what am I doing wrong?", "what am I doing wrong"),
+    ("Any tricks to get a picky 6-year-old to actually swallow the pinworm medicine?", "Any tricks"),
+    ("Is it better to take my vitamin D in the morning or at night?", "Is it better to"),
+    ("Cheddar or gouda on a smash burger: which one melts and tastes better?", "tastes better"),
+    ("What's a fair price to charge for a pint of sorghum syrup at a craft fair?", "fair price"),
+])
+def test_know_how_taste_and_prices_are_judgements(question, words):
+    assert judgement_asked(question) == words
+
+
+@pytest.mark.parametrize("question", [
+    "Is it required to take the sample before the product is shipped?",
+    "Which cheese has the higher minimum milkfat, cheddar or gouda?",
+    "What price must a SNAP retailer charge SNAP customers compared with other customers?",
+    "How long must a pharmacy keep records of tips received by its staff?",
+])
+def test_rule_questions_near_those_forms_are_not_judgements(question):
+    assert judgement_asked(question) is None

@@ -580,6 +580,11 @@ _JUDGEMENT = re.compile("|".join((
     r"more for|easier|harder|gentler|rougher|cheaper|stronger|weaker|riskier|less risky|more effective|less effective|"
     r"smarter|wiser|nicer|tastier)\b",
     r"\bwhich is better\b",
+    r"\bis it (?:better|smarter|wiser|cheaper) to\b",
+    r"\b(?:melts?|tastes?|works?|looks?|sells?|lasts?) (?:better|best)\b",
+    # troubleshooting and tips are know-how, and a price to ask is the seller's to set
+    r"\bwhat am i doing wrong\b|\bany (?:tips|tricks)\b|\b(?:tips|tricks) (?:to|for) (?:get|getting|make|making)\b",
+    r"\bfair price\b|\bhow much should (?:i|we) (?:charge|ask|sell)\b|\bwhat (?:price )?should (?:i|we) charge\b",
     r"\bbest\b(?![- ](?:by|if|before|used))",
     r"\b(?:likely|going|expected) to (?:\w+ )?(?:ban|go(?:ing)? up|go(?:ing)? down|rise|fall|increase|decrease|drop|"
     r"be cut|be banned)\b",
