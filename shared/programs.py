@@ -330,7 +330,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"passports?|\bvisas?\b|consular|\bitar\b|international traffic in arms"),
     _p("highways", "federal highway rules", 23, (), r"federal-aid highway|\bmutcd\b|highway (?:signs?|construction funds)"),
     _p("hud", "housing rules (HUD)", 24, (),
-       r"\bhud\b|fair housing|section 8|housing choice vouchers?|public housing|\bfha\b|"
+       r"\bhud\b|fair housing|section 8(?![\d.(])|housing choice vouchers?|public housing|\bfha\b|"
        r"housing and urban development|manufactured homes?|landlords?|tenants?|rental housing|"
        r"lead[- ]based paint disclosure"),
     _p("indian-affairs", "Indian affairs (BIA)", 25, (),
@@ -379,6 +379,9 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"borrower defense|public service loan forgiveness|\bpslf\b|student records|school districts?"),
     _p("parks", "national parks and forests", 36, (),
        r"national (?:parks?|forests?|monuments?)|campgrounds?|park service|forest service"),
+    # FDA's own part on patents: the extension a drug's or device's patent gets for its regulatory review
+    _p("ip", "patent term restoration for FDA-regulated products", 21, ("60",),
+       r"patent term (?:restoration|extensions?)|regulatory review periods?|\bdue diligence (?:petition|hearing)s?\b"),
     _p("ip", "patents, trademarks and copyrights", 37, (),
        r"\buspto\b|patent (?:applications?|terms?|fees?|office|protection)|(?:file|get|filing) (?:a )?patents?|"
        r"trademarks? (?:registration|applications?)|register (?:a |my )?trademarks?|copyrights?"),
@@ -428,7 +431,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("dot", "sanitary transportation of human and animal food", 21, ("1",),
        r"sanitary transportation|"
        # (a food truck is a mobile kitchen, and a driver's hours are DOT's whatever the load)
-       r"^(?!.*\b(?:hours?|cdl|drug tests?|hazmat)\b)(?:.*"
+       r"^(?!.*\b(?:hours?|cdl|drug tests?|hazmat)\b)(?:.*\bfood (?:loads?|cargo|in transit)\b|.*"
        r"\b(?<!food )(?:truck\w*|carriers?|shippers?|loaders?|reefers?|trailers?|rail ?cars?)\b[^.?!]{0,60}\bfoods?\b"
        r"(?!\s+trucks?)|"
        r".*\bfoods?\b(?!\s+trucks?)[^.?!]{0,40}\b(?:truck\w*|carriers?|shippers?|loaders?|reefers?|trailers?|"

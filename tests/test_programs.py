@@ -179,7 +179,13 @@ def test_what_homemade_food_must_contain_is_not_left_to_state_law():
      "sanitary transportation of human and animal food", 21),
     ("What temperature must a carrier keep frozen food at in transit?",
      "sanitary transportation of human and animal food", 21),
+    # session 13's paired questions: FDA's part 60 extends a drug's patent; a food load is cargo, whoever hauls it
+    ("For patent term restoration, what does FDA look at to decide whether a drug company exercised due diligence?",
+     "patent term restoration for FDA-regulated products", 21),
+    ("Our trucking company signed a contract making us responsible for sanitary conditions on food loads. When do "
+     "our drivers have to get food safety training?", "sanitary transportation of human and animal food", 21),
     # ... while the other regulator's own questions keep their homes
+    ("How long is the patent term for a new kitchen gadget I invented?", "patents, trademarks and copyrights", 37),
     ("Is this color additive approved in the EU?", "another country's own rules", 0),
     ("Is dog food covered by the mad cow feed ban?", "animal food and feed rules (including the ruminant feed ban)",
      21),
@@ -189,6 +195,12 @@ def test_what_homemade_food_must_contain_is_not_left_to_state_law():
 def test_fda_rules_named_in_another_regulators_words_keep_their_own_home(question, name, held_title):
     homes = {h.name: h.title for h, _ in named_homes(question)}
     assert homes.get(name) == held_title, homes
+
+
+def test_a_statute_section_numbered_8_something_is_not_section_8_housing():
+    assert not named_homes("How long must a cosmetics exporter keep records for products exported under section "
+                           "801(e)(1)?")
+    assert "housing rules (HUD)" in [h.name for h, _ in named_homes("Can SNAP count my Section 8 voucher as income?")]
 
 
 def test_a_food_truck_is_a_kitchen_not_food_transportation():

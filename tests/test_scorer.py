@@ -1286,6 +1286,19 @@ def test_a_dye_named_by_its_number_singles_out_its_listing():
     assert numbered_named(family, "lead limit in red 400") == []
 
 
+def test_a_dye_named_by_its_letter_singles_out_its_listing():
+    from services.scorer.gates import Family, numbered_named
+
+    oranges = [make_hit("21 CFR 133.142", 0.6, i + 1).model_copy(update={"cfr_ref": f"21 CFR 74.{n}", "heading": h})
+               for i, (n, h) in enumerate([("250", "Orange B."), ("1254", "D&C Orange No. 4."),
+                                           ("1255", "D&C Orange No. 5.")])]
+    family = Family(word="orange", surface="orange", members=oranges)
+    assert [m.cfr_ref for m in numbered_named(family, "How much Orange B can color hot dog casings?")] == ["21 CFR 74.250"]
+    # "a" is a word, not a letter-name; an orange named by its number is not Orange B
+    assert numbered_named(family, "Is orange a permitted color for sausage casings?") == []
+    assert [m.cfr_ref for m in numbered_named(family, "orange no. 5 in lipstick")] == ["21 CFR 74.1255"]
+
+
 def test_a_quoted_claim_worded_in_a_section_is_not_an_absent_name():
     from services.scorer.gates import worded_in
 
@@ -1335,3 +1348,18 @@ def test_know_how_taste_and_prices_are_judgements(question, words):
 ])
 def test_rule_questions_near_those_forms_are_not_judgements(question):
     assert judgement_asked(question) is None
+
+
+def test_a_judgement_word_inside_a_term_the_sections_use_is_not_a_judgement():
+    from services.scorer.gates import termed_in
+
+    hit = make_hit("21 CFR 133.142", 0.6, 1).model_copy(update={
+        "cfr_ref": "42 CFR 447.510", "heading": "Requirements for manufacturers.",
+        "text": "(a) Quarterly reports. A manufacturer must report product and pricing information for covered "
+                "outpatient drugs to CMS not later than 30 days after the end of the rebate period, including AMP and "
+                "best price."})
+    question = "How soon after a quarter ends does a drug maker have to report AMP and best price to CMS?"
+    assert judgement_asked(question) == "best" and termed_in(question, "best", [hit])
+    assert not termed_in("Which is the best price comparison app for Medicaid drugs?", "best", [hit.model_copy(
+        update={"text": "price comparisons"})])
+    assert not termed_in("what's the best way to report it", "best", [hit.model_copy(update={"text": "the best way"})])

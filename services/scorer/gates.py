@@ -621,6 +621,20 @@ def judgement_asked(question: str) -> str | None:
     return match.group(0).strip(" .,;:?!") if match else None
 
 
+_FUNCTION_WORDS = frozenset("a an the to for of in on at by with and or but if than then that this it is are be as "
+                            "way ways one ones thing things".split())
+
+
+def termed_in(question: str, judgement: str, hits: list[Hit]) -> bool:
+    """Whether the judgement's word is part of a term one of ``hits`` uses: "report AMP and best price" names
+    Medicaid's "best price", not the best of anything."""
+    match = re.search(rf"\b{re.escape(judgement)}\s+([a-z][\w-]*)", question, re.I)
+    if not match or match.group(1).lower() in _FUNCTION_WORDS:
+        return False
+    term = re.sub(r"\s+", " ", match.group(0)).lower()
+    return any(re.search(rf"\b{re.escape(term)}\b", re.sub(r"\s+", " ", h.text).lower()) for h in hits)
+
+
 # a limit the section leaves to another: "a civil money penalty of up to an amount specified in § 3.91(b)(3)(i) of
 # this title for each violation"
 _LIMIT_ELSEWHERE = re.compile(
@@ -822,17 +836,20 @@ def named_members(family: Family, question: str, retrieval: RetrieveResult, q: Q
 
 
 _NUMBERED_NAME = re.compile(r"\b([a-z]+)\s+no\.\s*(\d+)\b", re.I)
+# a name lettered the same way: "Orange B" (not "A" or "I", which a question uses as words)
+_LETTERED_NAME = re.compile(r"\b([A-Za-z]{3,})\s+([B-HJ-Z])\b(?![.,]?\s*(?:No\.|\d))")
 
 
 def numbered_named(family: Family, question: str) -> list[Hit]:
-    """Members named by the number their heading gives them: "red 40" or "Red #40" names "FD&C Red No. 40"
-    (the words alone, "red", are every red's)."""
+    """Members named by the number or letter their heading gives them: "red 40" or "Red #40" names
+    "FD&C Red No. 40", "orange b" names "Orange B" (the words alone, "red", "orange", are every red's)."""
     found = []
     for member in family.members:
-        for word, number in _NUMBERED_NAME.findall(member.heading):
-            if re.search(rf"\b{re.escape(word)}\s*(?:no\.?\s*|number\s*|#\s*)?{number}\b", question, re.I):
-                found.append(member)
-                break
+        numbered = [rf"\b{re.escape(word)}\s*(?:no\.?\s*|number\s*|#\s*)?{number}\b"
+                    for word, number in _NUMBERED_NAME.findall(member.heading)]
+        lettered = [rf"\b{re.escape(word)}\s+{letter}\b" for word, letter in _LETTERED_NAME.findall(member.heading)]
+        if any(re.search(pattern, question, re.I) for pattern in numbered + lettered):
+            found.append(member)
     return found if len(found) < len(family.members) else []
 
 
@@ -1078,7 +1095,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # the sections on the subject state the rules around it, and generation would answer from them as if they
     # settled "do I have a case" or "which plan is better"; a question citing a section asks what it says
     judgement = judgement_asked(question)
-    if judgement and hits and not cited_existing:
+    if judgement and hits and not cited_existing and not termed_in(question, judgement, hits[:3]):
         closest = sorted(hits, key=_sim, reverse=True)[:2]
         return _refuse(
             "not_found",
