@@ -1,7 +1,7 @@
 """The answer reader's cost per question (services/scorer/reader.py), as the pre-gate pays it.
 
     .venv/bin/python -m eval.train_reader collect          # once: retrieval + pre-gate for every eval question
-    .venv/bin/python bench/bench_reader.py [--cache /tmp/regs_reader] [--limit 200] [--per-section 4,1000]
+    .venv/bin/python bench/bench_reader.py [--cache /tmp/regs_reader] [--limit 200] [--per-section 4,1000] [--weights A,B]
 
 For each question the rule-based pre-gate lets through, it times ``AnswerReader.read`` over the first three handed
 sections (what ``pre_gate`` reads), for each ``--per-section`` value (1000: every passage), after one warm-up
@@ -24,6 +24,8 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/regs_reader"))
     ap.add_argument("--limit", type=int, default=200, help="questions timed (every k-th of those that proceed)")
     ap.add_argument("--per-section", default="4,1000")
+    ap.add_argument("--weights", default=None,
+                    help="comma-separated weights files (default: the shipped readers, read together)")
     args = ap.parse_args()
 
     from eval.train_reader import load_cache
@@ -32,9 +34,9 @@ def main() -> None:
     rows = [r for r in load_cache(args.cache) if r["outcome"] == "proceed" and r["sections"] and not r["cited"]]
     step = max(1, len(rows) // args.limit)
     rows = rows[::step][: args.limit]
-    reader = AnswerReader()
+    reader = AnswerReader(tuple(Path(f) for f in args.weights.split(","))) if args.weights else AnswerReader()
     reader.read(rows[0]["question"], rows[0]["sections"][:3])  # warm-up
-    report = {"questions": len(rows), "threads": reader.threads, "runs": []}
+    report = {"questions": len(rows), "threads": reader.threads, "readers": len(reader.models), "runs": []}
     for per_section in (int(x) for x in args.per_section.split(",")):
         times, counts = [], []
         for r in rows:

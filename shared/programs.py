@@ -196,6 +196,9 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("tissue", "human cells, tissues and tissue-based products", 21, ("1270", "1271"),
        r"human cells?,? tissues?|tissue (?:banks?|donors?|establishments?)|stem cell clinics?|"
        r"(?:sperm|egg|oocyte|embryo|semen|cornea|bone marrow|cord blood) (?:donors?|donations?|banks?)|\bhct/?ps?\b"),
+    # DEA's disposal rule (take-back, collection receptacles, mail-back) whoever hosts it: a pharmacy, a nursing home
+    _p("dea-disposal", "disposal of controlled substances (take-back, collection receptacles, mail-back)", 21, ("1317",),
+       r"\btake[- ]backs?\b|\bcollection receptacles?\b|\bmail[- ]back\b|\binner liners?\b"),
     _p("dea", "DEA controlled substance rules", 21, ("1300", "1301", "1304", "1306", "1308"),
        r"\bdea\b|controlled substances?|schedule (?:i|ii|iii|iv|v)\b"),
     # ------------------------------------------------------------------ title 42: Medicare and Medicaid, public health
@@ -207,6 +210,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bpart d\b|prescription drug (?:plan|coverage)"),
     _p("medicare", "Medicare supplement (Medigap) policies", 42, ("403",),
        r"medigap|medicare supplement (?:insurance|polic\w+|plans?)"),
+    # the State's buy-in pays Part B for its QMBs and Medicaid enrollees: 42 CFR 407, subpart C, whoever it covers
+    _p("medicare-buy-in", "State buy-in of Medicare Part B premiums", 42, ("407",), r"\bbuy-ins?\b|\bstate buy[- ]in\b"),
     _p("medicare", "Medicare Savings Programs (QMB, SLMB, QI)", 42, ("435",),
        r"medicare savings programs?|\bqmbs?\b|qualified medicare beneficiar\w*|\bslmb\b|specified low-income"),
     _p("medicare", "Medicare coverage of items and services", 42, ("409", "410", "411", "414"),

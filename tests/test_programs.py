@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.citations import find_citations
 from shared.programs import NOT_FEDERAL, PROGRAM_HOMES, named_homes
 
 EVAL = Path(__file__).resolve().parents[1] / "eval"
@@ -79,7 +80,7 @@ SETS = ("dataset.jsonl", "heldout.jsonl", "heldout2.jsonl", "heldout3.jsonl", "h
         "heldout6.jsonl", "heldout7.jsonl", "heldout8.jsonl", "heldout9.jsonl", "heldout10.jsonl", "heldout11.jsonl", "heldout12.jsonl", "heldout13.jsonl", "heldout14.jsonl", "heldout15.jsonl", "heldout16.jsonl", "heldout17.jsonl", "heldout18.jsonl",
         "heldout19.jsonl", "heldout20.jsonl", "heldout21.jsonl", "heldout22.jsonl", "heldout23.jsonl", "heldout24.jsonl",
         "heldout25.jsonl", "heldout26.jsonl", "heldout27.jsonl", "heldout28.jsonl",
-        "heldout29.jsonl", "heldout30.jsonl")
+        "heldout29.jsonl", "heldout30.jsonl", "heldout31.jsonl", "heldout32.jsonl")
 
 
 @pytest.mark.parametrize("dataset", SETS)
@@ -95,7 +96,8 @@ def test_answerable_questions_never_name_only_rules_the_corpus_does_not_hold(dat
 
     wrong = []
     for row in _rows(dataset):
-        if row["kind"] == "not_found":
+        # a question citing a section asks what that section says, whatever else it names (the gate reads it)
+        if row["kind"] == "not_found" or any(c.section for c in find_citations(row["question"])):
             continue
         homes = [h for h, _ in named_homes(row["question"])]
         if homes and not any(held(h) for h in homes):
@@ -184,6 +186,11 @@ def test_what_homemade_food_must_contain_is_not_left_to_state_law():
      "patent term restoration for FDA-regulated products", 21),
     ("Our trucking company signed a contract making us responsible for sanitary conditions on food loads. When do "
      "our drivers have to get food safety training?", "sanitary transportation of human and animal food", 21),
+    # heldout31/32: the State's Part B buy-in and DEA's take-back rule, whoever they serve
+    ("My mom is a QMB and the state pays her Part B premium through the buy-in. When does that buy-in coverage "
+     "start?", "State buy-in of Medicare Part B premiums", 42),
+    ("Our nursing home has a drug take-back receptacle run by our contract pharmacy. When do a resident's leftover "
+     "meds go in?", "disposal of controlled substances (take-back, collection receptacles, mail-back)", 21),
     # ... while the other regulator's own questions keep their homes
     ("How long is the patent term for a new kitchen gadget I invented?", "patents, trademarks and copyrights", 37),
     ("Is this color additive approved in the EU?", "another country's own rules", 0),

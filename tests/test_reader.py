@@ -123,6 +123,18 @@ def test_reader_scores_the_answering_passage_above_an_unrelated_one(reader):
     assert answering > ScorerThresholds().reader_min_probability > unrelated
 
 
+def test_the_readers_read_together_give_a_passage_the_lowest_of_their_probabilities(reader):
+    from services.scorer.reader import WEIGHTS
+
+    question, retrieval = case("shell_eggs_answered")
+    texts = closest_passages(question, retrieval.hits[0], 4)
+    each = reader.each_probabilities(question, texts)
+    assert len(reader.models) == len(each) == len(WEIGHTS) == 2
+    assert reader.probabilities(question, texts) == [min(ps) for ps in zip(*each)]
+    assert each[0] != each[1]  # two readers, not one read twice
+    assert AnswerReader(WEIGHTS[1]).probabilities(question, texts) == pytest.approx(each[1], abs=1e-6)
+
+
 def test_weights_that_do_not_fit_the_base_model_are_a_clear_error(tmp_path):
     import torch
     from safetensors.torch import save_file

