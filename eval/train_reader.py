@@ -30,6 +30,10 @@ Measured and not shipped (eval/README.md, "Session 9"): all six layers, two epoc
 negatives (sharper, but 15 of 202 answerable refused where it refuses 34 of 55 not_found); all six layers, one epoch,
 with them (10 of 55 at the first threshold that refuses an answerable question).
 
+The paired reader (``models/answer_reader_pairs.safetensors``, session 13) was trained with the same defaults on a
+``collect`` made at ``5e0b3c0`` with ``eval/contrast.jsonl``'s 880 questions added (15,986 pairs, 26 minutes); the
+scorer reads with both, a passage's probability the lower of the two (``services/scorer/reader.py``).
+
 ``validate`` scores the validation sets' questions that the rule-based pre-gate lets through and that cite no held
 section, as production does (the best of the four passages sharing most question words in each of the first three
 handed sections), and prints refusals per threshold: the threshold in
@@ -54,8 +58,9 @@ VALIDATION = tuple(f"eval/heldout{n}.jsonl" for n in (15, 16, 17, 18, 20, 21))
 BLIND = ("eval/heldout19.jsonl", "eval/heldout22.jsonl", "eval/heldout23.jsonl", "eval/heldout24.jsonl",
          "eval/heldout25.jsonl", "eval/heldout26.jsonl", "eval/heldout27.jsonl", "eval/heldout28.jsonl",
          "eval/heldout29.jsonl", "eval/heldout30.jsonl", "eval/heldout31.jsonl", "eval/heldout32.jsonl")
-# held subject, absent fact: 200 pairs of an answerable question and a not_found one on the same section, written
-# by helpers for the reader (session 12); trained on, never run through the gateway as an evaluation set
+# held subject, absent fact: 440 pairs of an answerable question and a not_found one on the same section, written
+# by helpers for the reader (200 in session 12, 240 in session 13); trained on, never run through the gateway as an
+# evaluation set
 CONTRAST = "eval/contrast.jsonl"
 BATCH = 16
 TUNED_LAYERS_FROM = 3  # layers below this, and the embeddings, stay frozen

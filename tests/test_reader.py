@@ -135,6 +135,20 @@ def test_the_readers_read_together_give_a_passage_the_lowest_of_their_probabilit
     assert AnswerReader(WEIGHTS[1]).probabilities(question, texts) == pytest.approx(each[1], abs=1e-6)
 
 
+@pytest.mark.parametrize("name", ["shell_eggs_answered", "dea_marijuana_growers_not_stated"])
+def test_reading_with_both_readers_finds_the_passage_reading_every_passage_would(reader, name):
+    """``read`` asks the second reader only about the passages the first puts above the best so far; the answer is
+    the one reading every passage with both gives."""
+    question, retrieval = case(name)
+    sections = retrieval.hits[:3]
+    texts = [(h.cfr_ref, p) for h in sections for p in closest_passages(question, h, 4)]
+    every = reader.probabilities(question, [p for _, p in texts])
+    best = max(range(len(texts)), key=every.__getitem__)
+    reading = reader.read(question, sections, 4)
+    assert reading.probability == pytest.approx(every[best], abs=1e-5)
+    assert (reading.cfr_ref, reading.passage) == texts[best]
+
+
 def test_weights_that_do_not_fit_the_base_model_are_a_clear_error(tmp_path):
     import torch
     from safetensors.torch import save_file

@@ -32,6 +32,7 @@ MODELS = Path(__file__).resolve().parent / "models"
 WEIGHTS = (MODELS / "answer_reader.safetensors", MODELS / "answer_reader_pairs.safetensors")
 WINDOW_WORDS = 110  # a passage: consecutive sentences up to this many words, one sentence shared with the next
 MAX_TOKENS = 256  # question + passage, truncated longest-first (MiniLM's window)
+SECOND_READS = 4  # passages the other readers read at a time, best of the first reader's first (bench_reader.py)
 PASSAGES_PER_SECTION = 4  # eval/README.md, "Session 8": as many refusals as reading every passage, ~4x less work
 
 
@@ -132,15 +133,18 @@ class AnswerReader:
 
     def each_probabilities(self, question: str, texts: Sequence[str]) -> list[list[float]]:
         """Every reader's probabilities for ``texts``, one list per weights file."""
+        return self._read_with(self.models, question, texts)
+
+    def _read_with(self, models: list, question: str, texts: Sequence[str]) -> list[list[float]]:
         torch = self._torch
-        out: list[list[float]] = [[] for _ in self.models]
+        out: list[list[float]] = [[] for _ in models]
         with self._lock, torch.inference_mode():
             torch.set_num_threads(self.threads)
             for i in range(0, len(texts), self.batch_size):
                 chunk = list(texts[i:i + self.batch_size])
                 enc = self.tokenizer([question] * len(chunk), chunk, truncation="longest_first",
                                      max_length=MAX_TOKENS, padding=True, return_tensors="pt")
-                for model, probs in zip(self.models, out):
+                for model, probs in zip(models, out):
                     probs.extend(torch.sigmoid(model(**enc).logits.squeeze(-1)).reshape(-1).tolist())
         return out
 
@@ -157,9 +161,25 @@ class AnswerReader:
         items = [(h.cfr_ref, p) for h in sections for p in closest_passages(question, h, per_section)]
         if not items:
             return Reading(0.0, None, "")
-        probs = self.probabilities(question, [p for _, p in items])
-        best = max(range(len(items)), key=probs.__getitem__)
-        return Reading(probs[best], items[best][0], items[best][1])
+        texts = [p for _, p in items]
+        best, best_probability = 0, -1.0
+        if len(self.models) == 1:
+            probs = self.probabilities(question, texts)
+            best = max(range(len(items)), key=probs.__getitem__)
+            best_probability = probs[best]
+        else:
+            # the lowest of the readers' probabilities is at most the first reader's, so the other readers read only
+            # the passages the first puts above the best found so far: the same answer for a fraction of the work
+            first = self._read_with(self.models[:1], question, texts)[0]
+            pending = sorted(range(len(items)), key=lambda i: -first[i])
+            while pending and first[pending[0]] > best_probability:
+                chunk, pending = pending[:SECOND_READS], pending[SECOND_READS:]
+                others = self._read_with(self.models[1:], question, [texts[i] for i in chunk])
+                for j, i in enumerate(chunk):
+                    probability = min([first[i], *(probs[j] for probs in others)])
+                    if probability > best_probability:
+                        best, best_probability = i, probability
+        return Reading(best_probability, items[best][0], items[best][1])
 
 
 _shared: AnswerReader | None = None
