@@ -149,7 +149,7 @@ class AnswerReader:
         return out
 
     def probabilities(self, question: str, texts: Sequence[str]) -> list[float]:
-        return [min(ps) for ps in zip(*self.each_probabilities(question, texts))] if texts else []
+        return [min(ps) for ps in zip(*self.each_probabilities(question, texts))]
 
     def read(self, question: str, sections: Sequence[Hit], per_section: int = PASSAGES_PER_SECTION) -> Reading:
         """The passage of ``sections`` most likely to state an answer to ``question``.
@@ -162,23 +162,18 @@ class AnswerReader:
         if not items:
             return Reading(0.0, None, "")
         texts = [p for _, p in items]
+        # the lowest of the readers' probabilities is at most the first reader's, so the other readers read only the
+        # passages the first puts above the best found so far: the same answer for a fraction of the work
+        first = self._read_with(self.models[:1], question, texts)[0]
+        pending = sorted(range(len(items)), key=lambda i: -first[i])
         best, best_probability = 0, -1.0
-        if len(self.models) == 1:
-            probs = self.probabilities(question, texts)
-            best = max(range(len(items)), key=probs.__getitem__)
-            best_probability = probs[best]
-        else:
-            # the lowest of the readers' probabilities is at most the first reader's, so the other readers read only
-            # the passages the first puts above the best found so far: the same answer for a fraction of the work
-            first = self._read_with(self.models[:1], question, texts)[0]
-            pending = sorted(range(len(items)), key=lambda i: -first[i])
-            while pending and first[pending[0]] > best_probability:
-                chunk, pending = pending[:SECOND_READS], pending[SECOND_READS:]
-                others = self._read_with(self.models[1:], question, [texts[i] for i in chunk])
-                for j, i in enumerate(chunk):
-                    probability = min([first[i], *(probs[j] for probs in others)])
-                    if probability > best_probability:
-                        best, best_probability = i, probability
+        while pending and first[pending[0]] > best_probability:
+            chunk, pending = pending[:SECOND_READS], pending[SECOND_READS:]
+            others = self._read_with(self.models[1:], question, [texts[i] for i in chunk]) if self.models[1:] else []
+            for j, i in enumerate(chunk):
+                probability = min([first[i], *(probs[j] for probs in others)])
+                if probability > best_probability:
+                    best, best_probability = i, probability
         return Reading(best_probability, items[best][0], items[best][1])
 
 
