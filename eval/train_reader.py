@@ -52,14 +52,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path("/tmp/regs_reader")
-VALIDATION = tuple(f"eval/heldout{n}.jsonl" for n in (15, 16, 17, 18, 20, 21))
+VALIDATION = (*(f"eval/heldout{n}.jsonl" for n in (15, 16, 17, 18, 20, 21)), "eval/contrast_validation.jsonl")
 # neither trained nor validated on: each run once through the gateway (22 to 28 were written after the shipped
 # weights were trained)
 BLIND = ("eval/heldout19.jsonl", "eval/heldout22.jsonl", "eval/heldout23.jsonl", "eval/heldout24.jsonl",
          "eval/heldout25.jsonl", "eval/heldout26.jsonl", "eval/heldout27.jsonl", "eval/heldout28.jsonl",
-         "eval/heldout29.jsonl", "eval/heldout30.jsonl", "eval/heldout31.jsonl", "eval/heldout32.jsonl")
-# held subject, absent fact: 440 pairs of an answerable question and a not_found one on the same section, written
-# by helpers for the reader (200 in session 12, 240 in session 13); trained on, never run through the gateway as an
+         "eval/heldout29.jsonl", "eval/heldout30.jsonl", "eval/heldout31.jsonl", "eval/heldout32.jsonl",
+         "eval/heldout33.jsonl", "eval/heldout34.jsonl")
+# held subject, absent fact: 620 pairs of an answerable question and a not_found one on the same section, written
+# by helpers for the reader (200 in session 12, 240 in session 13, 180 in session 14; session 14's other 60, on
+# other sections, are eval/contrast_validation.jsonl, a validation set); trained on, never run through the gateway as an
 # evaluation set
 CONTRAST = "eval/contrast.jsonl"
 BATCH = 16
@@ -68,7 +70,7 @@ TUNED_LAYERS_FROM = 3  # layers below this, and the embeddings, stay frozen
 
 def eval_sets() -> list[str]:
     held = sorted(ROOT.glob("eval/heldout*.jsonl"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 1))
-    return ["eval/dataset.jsonl", *(str(p.relative_to(ROOT)) for p in held), CONTRAST]
+    return ["eval/dataset.jsonl", *(str(p.relative_to(ROOT)) for p in held), CONTRAST, "eval/contrast_validation.jsonl"]
 
 
 # --------------------------------------------------------------------------------------------
