@@ -476,7 +476,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        # "keep taking it" is going on doing something, not storing
        r"\bhow long (?:can|should|will) (?:i|we|you) (?:keep(?!\s+\w+ing\b)|store|leave)\b|"
        r"\bhow long (?:does|do|will|would)\b[^.?!]{0,60}\b(?:stay|last|keep)s?(?: \w+)? (?:safe|good|fresh)\b|"
-       r"\b(?:how (?:do|can|should) (?:i|we|you)|way to) make\b[^.?!]{0,60}\bat home\b|\brecipes? for\b"),
+       r"\b(?:how (?:do|can|should) (?:i|we|you)|way to) make\b[^.?!]{0,60}\bat home\b|\brecipes? for\b|"
+       r"\b(?:meal|dinner|lunch|breakfast|snack|supper|recipe|menu|cooking) (?:ideas|suggestions)\b"),
     _p("general-knowledge", "nutrition science (what foods naturally contain, their health effects)", NOT_FEDERAL,
        (), r"\bnaturally (?:lowest|highest|low|high|rich) in\b|\blactose[- ]intoleran\w*|"
            r"\bhow many calories (?:are|is) (?:in|there in)\b|"
@@ -489,8 +490,11 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("general-knowledge", "counts of people or businesses in a program (statistics, not regulation)",
        NOT_FEDERAL, (),
        r"\bhow many (?:people|persons|americans|households|families|stores|retailers|recipients|participants|"
-       r"beneficiaries|pharmacies|companies|firms|seniors|children|kids)\b (?:are|were|have been|got|get|receive|received)"
-       r"(?: \w+){0,2} (?:enrolled|participating|served|receiving|on|in|using|authorized|disqualified|fined|"
+       r"beneficiaries|pharmacies|companies|firms|seniors|children|kids)\b"
+       r"(?: (?:in|across) (?:the )?(?:us|u\.s\.|united states|country|nation|state))? "
+       r"(?:are|were|have been|got|get|receive|received)(?: (?:now|currently|actually))?"
+       r"(?: \w+){0,2} (?:enrolled|participating|served|receiving|on|in|using|authorized|registered|licensed|"
+       r"disqualified|fined|"
        r"sanctioned|approved|denied)\b|"
        # how many did something in a past year: "How many people in the US donated blood last year?"
        r"\bhow many (?:people|persons|americans|households|families|stores|retailers|pharmacies|companies|firms|"

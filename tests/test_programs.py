@@ -41,6 +41,10 @@ EVAL = Path(__file__).resolve().parents[1] / "eval"
     ("P-EBT benefit amount per child per school day", "p-ebt", 7),
     ("How much do kids get from Summer EBT (SUN Bucks)?", "summer-ebt", 7),
     ("Can my restaurant deduct the food we donate to the food bank on our federal taxes?", "irs", 26),
+    # heldout31 and heldout32's not_found questions that went through (session 14)
+    ("About how many pharmacies in the US are registered with the DEA right now?", "general-knowledge", NOT_FEDERAL),
+    ("Can you give me five easy dinner ideas using the canned chicken and rice from my CSFP box?",
+     "general-knowledge", NOT_FEDERAL),
 ])
 def test_a_named_program_is_found_with_its_home(question, family, title):
     found = {home.family: home for home, _ in named_homes(question)}

@@ -152,6 +152,26 @@ def test_a_sibling_named_by_the_name_its_standard_gives_the_food_is_singled_out(
     assert "21 CFR 133.113" not in [s.cfr_ref for s in res.sections]
 
 
+@pytest.mark.parametrize("question", [
+    "To sell our wheel as gouda instead of cheddar, what is the minimum milkfat?",
+    "What is the minimum milkfat if we label it gouda rather than cheddar cheese?",
+])
+def test_a_sibling_named_only_to_be_set_aside_is_not_the_one_asked_about(question):
+    from shared.messages import SubjectMatch
+
+    _, retrieval = case_retrieval("divergent_milkfat")
+    # both headings named, as the scoping reports them (heldout32: "'asiago old' instead of medium")
+    retrieval.scope = Scope(subjects=[SubjectMatch(term="cheddar", cfr_refs=["21 CFR 133.113"], specific=True),
+                                      SubjectMatch(term="gouda", cfr_refs=["21 CFR 133.142"], specific=True)])
+    res = pre_gate(question, retrieval)
+    assert res.proceed, res.refusal
+    refs = [s.cfr_ref for s in res.sections]
+    assert refs[0] == "21 CFR 133.142" and "21 CFR 133.113" not in refs
+    # without the contrast, the first subject the scoping reports is the one handed on, as before
+    res = pre_gate("To sell our wheel as gouda or cheddar, what is the minimum milkfat?", retrieval)
+    assert [s.cfr_ref for s in res.sections][:1] == ["21 CFR 133.113"]
+
+
 def test_proceed_when_the_question_names_gouda():
     question, retrieval = case_retrieval("proceed_gouda")
     res = pre_gate(question, retrieval)
@@ -394,6 +414,9 @@ def test_a_standard_asked_for_a_food_no_section_mentions_is_not_found_though_its
     ("Which bottled water brand is safest for mixing my newborn's formula?", "safest"),
     ("If I take the disqualification to federal court, am I likely to win?", "likely to win"),
     ("I'm type 2 diabetic. Is white chocolate a better choice for me than milk chocolate?", "a better choice"),
+    # heldout31's (session 14)
+    ("Honestly, should I be worried about the aspartame in the diet soda I drink every day?", "should I be worried"),
+    ("Do you get worried about BHA in snack mixes?", "Do you get worried"),
 ])
 def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
     assert judgement_asked(question) == words
@@ -417,6 +440,7 @@ def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question,
     "Which is higher, the milkfat minimum for cheddar or for colby?",
     "Will the state agency give me a notice before my certification ends?",  # a duty, not a forecast
     "Will FDA accept an electronic signature on the registration?",
+    "I'm worried we missed the deadline. How many days do we have to file the appeal?",
 ])
 def test_a_question_about_rules_is_not_taken_for_a_judgement(question):
     assert judgement_asked(question) is None
@@ -815,6 +839,10 @@ def test_a_yearly_amount_the_text_does_not_state_is_not_found():
     assert yearly_amount_year("What income levels trigger the IRMAA surcharge in 2025?") == "2025"
     # a year that places the asker's own event, with the amount asked about the present
     assert yearly_amount_year("I had a kidney transplant in 2021; what is that premium based on?") is None
+    # a day's date is a condition of the question, not the year of an amount (heldout32, blind)
+    assert yearly_amount_year("If someone who turned 65 after January 1, 2023 enrolls in premium Part A during the "
+                              "last four months of the initial enrollment period, when does entitlement start?") is None
+    assert yearly_amount_year("What were the 2023 premium amounts?") == "2023"
     # "this year" is the current year: a quota, or a maximum adjusted every year (heldout15, blind)
     assert yearly_amount_year("What's DEA's aggregate production quota for oxycodone for this year?", 2026) == "2026"
     assert yearly_amount_year("The Medicaid copay limit for ER visits was $8 but gets adjusted for inflation every "

@@ -15,7 +15,7 @@ import numpy as np
 from shared import db
 from shared.config import Settings
 from shared.embeddings import Embedder, get_embedder
-from shared.messages import Hit, ParagraphSpan, RetrieveRequest, RetrieveResult, Scope
+from shared.messages import Hit, ParagraphSpan, RetrieveRequest, RetrieveResult, Scope, SubjectMatch
 from shared.scoping import Catalog, CatalogEntry, cfr_wording, scope_question
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,10 @@ class FusionWeights:
     subject_sharpness: float = 2.0
     subject_min_similarity: float = 0.30  # ... provided its meaning is near the question too
     subject_max_gap: float = 0.20  # (within this much of the best dense similarity)
+    # a rare name of several words ("asiago old") is not matched by accident, and the embedding model may not know
+    # it (MiniLM rates "asiago old"'s own section 0.21 against a question on its curing): a lower floor. One word
+    # that names a heading alone is often an everyday word ("hours", "Congress", "cook") and keeps the first floor
+    subject_specific_min_similarity: float = 0.15
     cited_part: float = 0.004  # a section of a cited part
     title_hint: float = 0.002  # a section of a hinted title
     candidates: int = 60  # sections taken from each list before fusion
@@ -228,11 +232,13 @@ class Searcher:
                 similarity.update(subject_sims)
                 best = max(similarity.values(), default=0.0)
                 floor = max(w.subject_min_similarity, best - w.subject_max_gap)
+                specific_floor = max(w.subject_specific_min_similarity, best - w.subject_max_gap)
                 kept_subjects = []
                 best_coverage = max((c for s in scope.subjects for c in s.coverage), default=1.0) or 1.0
                 for subject in scope.subjects:
+                    subject_floor = specific_floor if named_in_full(subject) else floor
                     plausible = [(r, c) for r, c in zip(subject.cfr_refs, subject.coverage)
-                                 if r in ids and subject_sims.get(ids[r], 0.0) >= floor]
+                                 if r in ids and subject_sims.get(ids[r], 0.0) >= subject_floor]
                     if plausible:
                         kept_subjects.append(subject.model_copy(update={"cfr_refs": [r for r, _ in plausible],
                                                                         "coverage": [c for _, c in plausible]}))
@@ -338,6 +344,11 @@ class Searcher:
 
 async def _nothing() -> list:
     return []
+
+
+def named_in_full(subject: SubjectMatch) -> bool:
+    """A rare name of several words the question names a heading by ("asiago old"), not one word of it."""
+    return subject.specific and len(subject.term.split()) > 1
 
 
 def _hit(row, score: float, similarity: float | None, rank: int, dense_rank: int | None, fulltext_rank: int | None,

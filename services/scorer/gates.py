@@ -534,8 +534,9 @@ _YEARLY_AMOUNT = re.compile(
     r"\b(?:(?:for|in) (?:the )?)?(?:fiscal|calendar|plan|crop|school|program|benefit) year (?P<a>(?:19|20)\d\d)\b"
     r"|\b(?:fy|cy|py) ?(?P<b>(?:19|20)\d\d)\b"
     r"|\bfor (?P<c>(?:19|20)\d\d)\b"
-    r"|\b(?P<d>(?:19|20)\d\d)(?:[-\u2013/]\d\d)? (?:\w+ ){0,4}(?:premiums?|allotments?|amounts?|limits?|rates?|"
-    r"deductibles?|thresholds?|fees?|levels?|figures?|caps?|maximums?|payments?|adjustments?|guidelines?|grants?)\b"
+    # (a day's date, "after January 1, 2023 enrolls in premium Part A", is a condition, not the year of an amount)
+    r"|(?<!\d, )(?<!\d,)\b(?P<d>(?:19|20)\d\d)(?:[-\u2013/]\d\d)? (?:\w+ ){0,4}(?:premiums?|allotments?|amounts?|"
+    r"limits?|rates?|deductibles?|thresholds?|fees?|levels?|figures?|caps?|maximums?|payments?|adjustments?|guidelines?|grants?)\b"
     # a money amount named before the year it is asked for ("the income limit … in 2024", "IRMAA surcharge in 2025")
     r"|\b(?:dollars?|income limits?|premiums?|surcharges?|allotments?|penalt(?:y|ies)|co-?pays?|co-?payments?|prices?|"
     r"brackets?|allowances?|deductibles?|coinsurance|poverty (?:guidelines?|levels?|lines?)|income thresholds?)\b[^.?!]{0,80}?\b(?:in|for|during) (?:(?:fiscal|calendar) year )?(?P<e>(?:19|20)\d\d)\b",
@@ -606,6 +607,9 @@ _JUDGEMENT = re.compile("|".join((
     # a private suit: the regulations here set what an agency does, not whether a pharmacy or a store can be sued
     r"\bgrounds (?:to sue|for a (?:lawsuit|suit))\b|\b(?:sue|suing) (?:the|my|our|that|this|a|them|him|her)\b",
     r"\bdoing a good job\b",
+    # worry is the asker's to weigh: "should I be worried about the aspartame in my diet soda"
+    r"\b(?:should|do|must) (?:i|we|you) (?:\w+ )?(?:be|get) (?:worried|concerned|scared|afraid|alarmed|nervous)\b|"
+    r"\bworth worrying\b",
     r"\bworth (?:it|the (?:trouble|hassle|effort|money|cost|time|risks?))\b",
     # advice asked as a yes/no "should I/we …", not a rule's "how much notice should he get" or "when should I
     # stop taking it" (a wh-word before the modal), nor a duty asked as "should we keep/report/label …"
@@ -812,17 +816,33 @@ def _distinguishing(hit: Hit, family: Family) -> set[str]:
     return _heading_stems(hit) - {family.word} - common
 
 
+# a sibling named only to be set aside: "to call our wheel 'asiago old' instead of medium"
+_SET_ASIDE = re.compile(r"\b(?:instead of|rather than|as opposed to|in place of)\s+(?:(?:the|an?|our|its|plain)\s+)?"
+                        r"((?:[\w'-]+\s+){0,2}[\w'-]+)", re.I)
+
+
+def set_aside_by_contrast(members: list[Hit], family: Family, question: str) -> list[Hit]:
+    """The members every distinguishing word of which the question names only after "instead of", "rather than"
+    (there, the sibling it compares with, not the one it asks about)."""
+    contrasted = {w for m in _SET_ASIDE.finditer(question) for w in content_words(m.group(1))}
+    asked = set(content_words(_SET_ASIDE.sub(" ", question)))
+    return [m for m in members
+            if (dist := _distinguishing(m, family)) and dist <= contrasted and not dist & asked]
+
+
 def named_members(family: Family, question: str, retrieval: RetrieveResult, q: QuestionTerms) -> list[Hit]:
     """Members the question singles out: by citation, by a heading-named subject, or by heading words."""
     refs = {m.cfr_ref: m for m in family.members}
     cited = [refs[_citation_ref(c)] for c in retrieval.scope.citations if c.exists and _citation_ref(c) in refs]
     if cited:
         return cited
+    contrasted = {m.cfr_ref for m in set_aside_by_contrast(family.members, family, question)}
     for subject in retrieval.scope.subjects:
-        matched = [refs[r] for r in subject.cfr_refs if r in refs]
+        matched = [refs[r] for r in subject.cfr_refs if r in refs and r not in contrasted]
         if matched and len(matched) < len(family.members):
             return _best_named(matched, family, q) or matched
-    named = [m for m in family.members if _distinguishing(m, family) & q.stems] or numbered_named(family, question)
+    named = [m for m in family.members if _distinguishing(m, family) & q.stems and m.cfr_ref not in contrasted] \
+        or numbered_named(family, question)
     if not named:
         # a name the standard itself gives the food besides its heading ("Light cream" ... the name of the food
         # is "coffee cream" or "table cream")
