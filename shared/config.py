@@ -101,6 +101,10 @@ class Settings(BaseSettings):
         0.22, ge=0.0, le=1.0, description="Answer reader: the best passage's probability below which the question "
                                           "is refused as not_found."
     )
+    reader_strict_min_probability: float = Field(
+        0.10, ge=0.0, le=1.0, description="Answer reader: the strict reader's best-passage probability below which "
+                                          "the question is refused as not_found, at any relevance."
+    )
 
     # --- bus -----------------------------------------------------------------------------------
     stream_maxlen: int = Field(10000, description="Approximate MAXLEN of every stream.")

@@ -36,6 +36,10 @@ ANSWER_READER_PROBABILITY = Histogram(
     "regs_answer_reader_probability", "Best passage's probability of stating an answer, per question the answer reader read",
     buckets=(0.05, 0.1, 0.15, 0.2, 0.22, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
 )  # the share below REGS_READER_MIN_PROBABILITY is the share it refused
+STRICT_READER_PROBABILITY = Histogram(
+    "regs_strict_reader_probability", "The strict reader's best passage probability, per question it read",
+    buckets=(0.02, 0.05, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0),
+)  # the share below REGS_READER_STRICT_MIN_PROBABILITY is the share it refused
 
 # --- ingest ---------------------------------------------------------------------------------
 INGEST_RUNS = Counter("regs_ingest_runs_total", "Ingest runs by outcome", ["outcome"])

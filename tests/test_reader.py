@@ -149,6 +149,46 @@ def test_reading_with_both_readers_finds_the_passage_reading_every_passage_would
     assert (reading.cfr_ref, reading.passage) == texts[best]
 
 
+def test_the_strict_reader_refuses_a_well_matched_question_no_passage_answers(reader):
+    # "the maximum sodium in canned tomato juice" matches the tomato juice standard in every word (relevance above
+    # the bound: the two readers are not asked); the standard allows salt and states no sodium limit
+    question, retrieval = case("tomato_juice_sodium_not_stated")
+    th = ScorerThresholds()
+    without = pre_gate(question, retrieval)
+    assert without.proceed and without.signals["relevance"] >= th.reader_max_relevance
+    assert without.sections[0].cfr_ref == "21 CFR 156.145"
+    res = pre_gate(question, retrieval, reader=reader)
+    assert not res.proceed and res.refusal.reason == "not_found"
+    assert "answer_probability" not in res.signals
+    assert res.signals["strict_answer_probability"] < th.reader_strict_min_probability
+    detail = res.refusal.evidence[0].detail
+    assert detail.startswith("closest passage, read as an answer by the strict reader with probability 0.0")
+    assert f"(below {th.reader_strict_min_probability:.2f})" in detail
+    # its answerable twin (the soluble solids of juice from concentrate, which the standard states) proceeds
+    question, retrieval = case("tomato_juice_solids_answered")
+    res = pre_gate(question, retrieval, reader=reader)
+    assert res.proceed, res.refusal
+    assert res.signals["strict_answer_probability"] >= th.reader_strict_min_probability
+    # the threshold decides, and without a strict reader only the two readers' rule is left
+    _, retrieval = case("tomato_juice_sodium_not_stated")
+    lenient = ScorerThresholds(reader_strict_min_probability=0.0)
+    assert pre_gate("What's the maximum sodium allowed in canned tomato juice?", retrieval, lenient,
+                    reader=reader).proceed
+
+
+def test_the_strict_reader_is_optional_and_reads_what_the_two_read(reader):
+    from services.scorer.reader import STRICT_WEIGHTS, WEIGHTS
+
+    question, retrieval = case("tomato_juice_sodium_not_stated")
+    sections = retrieval.hits[:3]
+    assert AnswerReader(WEIGHTS, strict=None).read_strict(question, sections) is None
+    strict = reader.read_strict(question, sections)
+    texts = [p for h in sections for p in closest_passages(question, h, 4)]
+    alone = AnswerReader(STRICT_WEIGHTS, strict=None).probabilities(question, texts)
+    assert strict.probability == pytest.approx(max(alone), abs=1e-5)
+    assert strict.passage in texts
+
+
 def test_weights_that_do_not_fit_the_base_model_are_a_clear_error(tmp_path):
     import torch
     from safetensors.torch import save_file
@@ -173,8 +213,16 @@ async def test_scorer_asks_the_reader_unless_it_is_switched_off(reader):
     off_scorer = Scorer(Settings(answer_reader=False))
     assert off_scorer.answer_reader() is None
     assert (await off_scorer.pre(PreGateRequest(question=question, retrieval=retrieval))).proceed
-    # the threshold follows the setting
+    # the thresholds follow the settings
     assert Scorer(Settings(reader_min_probability=0.0)).thresholds.reader_min_probability == 0.0
+    assert Scorer(Settings(reader_strict_min_probability=0.3)).thresholds.reader_strict_min_probability == 0.3
+    # the strict reader's reading is counted too
+    strict_seen = REGISTRY.get_sample_value("regs_strict_reader_probability_count") or 0.0
+    question, retrieval = case("tomato_juice_sodium_not_stated")
+    res = await Scorer(Settings(), reader=reader).pre(PreGateRequest(question=question, retrieval=retrieval))
+    assert res.refusal is not None and res.refusal.reason == "not_found"
+    assert REGISTRY.get_sample_value("regs_strict_reader_probability_count") == strict_seen + 1
+    assert REGISTRY.get_sample_value("regs_strict_reader_probability_bucket", {"le": "0.1"}) >= 1
 
 
 def test_training_pairs_label_fact_passages_positive_and_the_rest_negative():

@@ -102,6 +102,11 @@ class ScorerThresholds:
     # (heldout15-30): the bound stays
     reader_min_probability: float = 0.22
     reader_max_relevance: float | None = 0.75
+    # the strict reader (reader.STRICT_WEIGHTS) reads every question handed on, at any relevance, and refuses below
+    # this. Read off heldout15-32 and the 60 validation pairs, none of which it trained on (eval/README.md, "Session
+    # 14"): above the relevance bound 8 of 52 not_found refused and none of 349 answerable (0.12: 9 and 1; 0.15: 14
+    # and 1); below it, 3 more of 132 not_found and 2 more of 266 answerable; the pairs: 8 of 51 and 1 of 60
+    reader_strict_min_probability: float = 0.10
     reader_top_n: int = 3
     reader_passages_per_section: int = PASSAGES_PER_SECTION
     # a question the relevance rule would refuse proceeds when a passage of its first reader_top_n hits reads as an
@@ -120,6 +125,7 @@ class ScorerThresholds:
         "tier_medium": "tier_medium",
         "not_found_min_similarity": "not_found_min_similarity",
         "reader_min_probability": "reader_min_probability",
+        "reader_strict_min_probability": "reader_strict_min_probability",
     }
 
     @classmethod

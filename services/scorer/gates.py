@@ -1443,24 +1443,34 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # the questions every rule above lets through are about a held subject and ask what no section states ("which
     # companies are registered with DEA to grow marijuana for research" finds the DEA registration sections); a
     # section the question cites is what the asker wants read, whatever it says
-    if (reader is not None and sections and not cited_hits
-            and (th.reader_max_relevance is None or signals["relevance"] < th.reader_max_relevance)):
+    def unanswered(read: list[Hit], reading: "Reading", by: str, threshold: float) -> PreGateResult:
+        refs = _join([h.cfr_ref for h in read])
+        closest = next(h for h in read if h.cfr_ref == reading.cfr_ref)
+        return _refuse(
+            "not_found",
+            f"The best-matching sections ({refs}) touch on the question's subject, but none of them states an "
+            f"answer to {_short_question(question)}, so no regulation here answers it.",
+            [_evidence(closest, detail=f"closest passage, read as an answer{by} with probability "
+                                       f"{reading.probability:.2f} (below {threshold:.2f}): "
+                                       f"{_short_question(passage_body(closest, reading.passage), 200)}")]
+            + [_evidence(h, detail="also read; states no answer") for h in read if h is not closest],
+            signals,
+        )
+
+    if reader is not None and sections and not cited_hits:
         read = sections[: th.reader_top_n]
-        reading = best_reading(read)
-        signals["answer_probability"] = reading.probability
-        if reading.probability < th.reader_min_probability:
-            refs = _join([h.cfr_ref for h in read])
-            closest = next(h for h in read if h.cfr_ref == reading.cfr_ref)
-            return _refuse(
-                "not_found",
-                f"The best-matching sections ({refs}) touch on the question's subject, but none of them states an "
-                f"answer to {_short_question(question)}, so no regulation here answers it.",
-                [_evidence(closest, detail=f"closest passage, read as an answer with probability "
-                                           f"{reading.probability:.2f} (below {th.reader_min_probability:.2f}): "
-                                           f"{_short_question(passage_body(closest, reading.passage), 200)}")]
-                + [_evidence(h, detail="also read; states no answer") for h in read if h is not closest],
-                signals,
-            )
+        if th.reader_max_relevance is None or signals["relevance"] < th.reader_max_relevance:
+            reading = best_reading(read)
+            signals["answer_probability"] = reading.probability
+            if reading.probability < th.reader_min_probability:
+                return unanswered(read, reading, "", th.reader_min_probability)
+        # the strict reader reads every question handed on, the well-matched ones too ("the maximum sodium in canned
+        # tomato juice" matches its standard in every word), and refuses only far below an answer
+        strict = reader.read_strict(question, read, th.reader_passages_per_section)
+        if strict is not None and strict.cfr_ref is not None:
+            signals["strict_answer_probability"] = strict.probability
+            if strict.probability < th.reader_strict_min_probability:
+                return unanswered(read, strict, " by the strict reader", th.reader_strict_min_probability)
 
     signals["sections"] = float(len(sections))
     return PreGateResult(proceed=True, refusal=None, sections=sections, signals=signals)

@@ -11,8 +11,10 @@ evaluation sets (``eval/train_reader.py``): a passage holding a gold fact of an 
 the best passages of the sections handed for a not_found question, and of the non-gold sections handed for an
 answerable one, are negative. A second reader of the same shape (``models/answer_reader_pairs.safetensors``) is
 also trained on paired questions, one a section answers next to one on the same subject that it leaves unanswered
-(``eval/contrast.jsonl``); the two read together (``AnswerReader``). Only the fine-tuned tensors are shipped
-(float16); the bottom layers and the embeddings are the wheel's, unchanged. No judge call, no network.
+(``eval/contrast.jsonl``); the two read together (``AnswerReader``). A third, the strict reader
+(``models/answer_reader_strict.safetensors``), trained the same way on more pairs, reads every question the rules hand
+on, however well its words match, and refuses only what it reads far below an answer. Only the fine-tuned tensors
+are shipped (float16); the bottom layers and the embeddings are the wheel's, unchanged. No judge call, no network.
 """
 from __future__ import annotations
 
@@ -30,6 +32,10 @@ MODELS = Path(__file__).resolve().parent / "models"
 # second also on 440 pairs of a question a section answers next to one it leaves unanswered (eval/contrast.jsonl,
 # sessions 12-13). A passage reads as an answer only as far as both read it so.
 WEIGHTS = (MODELS / "answer_reader.safetensors", MODELS / "answer_reader_pairs.safetensors")
+# the strict reader: the second's recipe on 620 pairs (session 14). Sharper on questions that match their section
+# well, which the two above are not asked about (their relevance bound), and too sharp to read with them: it vetoes
+# alone, at a low threshold (ScorerThresholds.reader_strict_min_probability; eval/README.md, "Session 14")
+STRICT_WEIGHTS = MODELS / "answer_reader_strict.safetensors"
 WINDOW_WORDS = 110  # a passage: consecutive sentences up to this many words, one sentence shared with the next
 MAX_TOKENS = 256  # question + passage, truncated longest-first (MiniLM's window)
 SECOND_READS = 4  # passages the other readers read at a time, best of the first reader's first (bench_reader.py)
@@ -103,7 +109,8 @@ class AnswerReader:
     the other way round (0.82, but it lets through more of the ordinary sets' unanswerable questions); a passage
     both read as an answer is one (eval/README.md, "Session 13")."""
 
-    def __init__(self, weights: Path | Sequence[Path] = WEIGHTS, threads: int = 0, batch_size: int = 16):
+    def __init__(self, weights: Path | Sequence[Path] = WEIGHTS, threads: int = 0, batch_size: int = 16,
+                 strict: Path | None = STRICT_WEIGHTS):
         import torch
         from safetensors.torch import load_file
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -112,21 +119,24 @@ class AnswerReader:
 
         _offline_env()
         files = [weights] if isinstance(weights, Path) else list(weights)
-        missing = [f for f in files if not f.exists()]
+        missing = [f for f in [*files, *([strict] if strict else [])] if not f.exists()]
         if not files or missing:
             raise FileNotFoundError(f"answer reader weights not found: {', '.join(map(str, missing)) or 'none given'}")
         base = model_dir()
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(base)
-        self.models = []
-        for file in files:
+
+        def load(file: Path):
             model = _quietly(lambda: AutoModelForSequenceClassification.from_pretrained(base, num_labels=1))
             tuned = {k: v.float() for k, v in load_file(str(file)).items()}
             unknown = set(tuned) - set(model.state_dict())
             if unknown:
                 raise ValueError(f"answer reader weights do not fit all-MiniLM-L6-v2: {sorted(unknown)[:3]}")
             model.load_state_dict(tuned, strict=False)
-            self.models.append(model.eval())
+            return model.eval()
+
+        self.models = [load(file) for file in files]
+        self.strict_model = load(strict) if strict else None
         self.threads = threads if threads > 0 else available_cores()
         self.batch_size = batch_size
         self._lock = threading.Lock()
@@ -175,6 +185,18 @@ class AnswerReader:
                 if probability > best_probability:
                     best, best_probability = i, probability
         return Reading(best_probability, items[best][0], items[best][1])
+
+    def read_strict(self, question: str, sections: Sequence[Hit],
+                    per_section: int = PASSAGES_PER_SECTION) -> Reading | None:
+        """The strict reader's best passage of ``sections`` (the same passages ``read`` reads); None without one."""
+        if self.strict_model is None:
+            return None
+        items = [(h.cfr_ref, p) for h in sections for p in closest_passages(question, h, per_section)]
+        if not items:
+            return Reading(0.0, None, "")
+        probabilities = self._read_with([self.strict_model], question, [p for _, p in items])[0]
+        best = max(range(len(items)), key=probabilities.__getitem__)
+        return Reading(probabilities[best], items[best][0], items[best][1])
 
 
 _shared: AnswerReader | None = None

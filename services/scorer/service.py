@@ -56,6 +56,8 @@ class Scorer:
                           corpus_stats=self.corpus_stats, reader=self.answer_reader())
         if "answer_probability" in result.signals:
             metrics.ANSWER_READER_PROBABILITY.observe(result.signals["answer_probability"])
+        if "strict_answer_probability" in result.signals:
+            metrics.STRICT_READER_PROBABILITY.observe(result.signals["strict_answer_probability"])
         return result
 
     def post_sync(self, req: PostGateRequest) -> PostGateResult:
