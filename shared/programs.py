@@ -64,6 +64,17 @@ def _p(family: str, name: str, title: int, parts: tuple[str, ...], pattern: str)
     return ProgramHome(family, name, title, parts, re.compile(pattern, re.I | re.S))
 
 
+# other countries, as questions name them ("the uk", "south korea"); "europe" for the EU's rules
+_COUNTRIES = ("canada|mexico|australia|japan|china|india|europe|uk|united kingdom|germany|france|italy|brazil|"
+              "south korea|korea|taiwan|vietnam|philippines|thailand|singapore|indonesia|malaysia|israel|"
+              "saudi arabia|uae|united arab emirates|switzerland|netherlands|ireland|new zealand|south africa|"
+              "argentina|chile|colombia|peru|russia|turkey|egypt|nigeria")
+_US_STATES = ("alabama|alaska|arizona|arkansas|california|colorado|connecticut|delaware|florida|georgia|hawaii|idaho|"
+              "illinois|indiana|iowa|kansas|kentucky|louisiana|maine|maryland|massachusetts|michigan|minnesota|"
+              "mississippi|missouri|montana|nebraska|nevada|new hampshire|new jersey|new mexico|new york|"
+              "north carolina|north dakota|ohio|oklahoma|oregon|pennsylvania|rhode island|south carolina|"
+              "south dakota|tennessee|texas|utah|vermont|virginia|washington state|west virginia|wisconsin|wyoming")
+
 PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     # ------------------------------------------------------------------ title 7: food and nutrition, agriculture
     _p("wic", "WIC (the Special Supplemental Nutrition Program for Women, Infants, and Children)", 7, ("246",),
@@ -216,7 +227,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"medicare savings programs?|\bqmbs?\b|qualified medicare beneficiar\w*|\bslmb\b|specified low-income"),
     _p("medicare", "Medicare coverage of items and services", 42, ("409", "410", "411", "414"),
        r"durable medical equipment|\bdme\b|wheelchairs?|telehealth|physician fee schedule|"
-       r"(?:does|will|would|can) medicare (?:cover|pay)|medicare (?:coverage of|covers?\b)|ambulance|"
+       # (Part A's payment for an alien back from abroad is 42 CFR 406.50's: "will Medicare Part A pay" stays)
+       r"(?:does|will|would|can) medicare(?: part b)? (?:cover|pay)|medicare (?:coverage of|covers?\b)|ambulance|"
        r"advance beneficiary notice|\babn\b"),
     _p("medicare", "Medicare coverage of skilled nursing facility care (the 3-day hospital stay rule)", 42, ("409",),
        r"(?:3|three)-day (?:inpatient |hospital )*(?:stay|rule|admission)|"
@@ -233,7 +245,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     # entitlement and premium parts never state
     _p("medicare", "Medicare Part A and Part B deductibles and coinsurance", 42, ("409", "410"),
        r"\b(?:inpatient|hospital|part a|part b|medicare)\b[^.?!]{0,50}\b(?:deductibles?|coinsurance)\b|"
-       r"\b(?:deductibles?|coinsurance)\b[^.?!]{0,50}\b(?:inpatient|hospital|part a|part b|medicare)\b"),
+       r"\b(?:deductibles?|coinsurance)\b[^.?!]{0,50}\b(?:inpatient|hospital|part a|part b|medicare)\b|"
+       r"\bpints? of blood\b|\bblood deductible\b"),
     _p("medicare", "Medicare Part A and Part B entitlement, enrollment and premiums", 42, ("406", "407", "408"),
        r"\bmedicare\b|\bpart [ab]\b"),
     _p("providers", "long-term care facility requirements", 42, ("483",),
@@ -272,6 +285,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("medicaid", "Medicaid home and community-based services", 42, ("441",),
        r"home and community[- ]based|\bhcbs\b|1915\s*\(c\)|personal care services"),
     _p("medicaid", "Medicaid managed care", 42, ("438",), r"managed care"),
+    _p("medicaid", "Medicaid non-emergency medical transportation", 42, ("431", "440"),
+       r"\bnemt\b|non-?emergency (?:medical )?transportation|"
+       r"\bmedicaid\b[^.?!]{0,80}\b(?:rides?|transportation)\b(?=[^.?!]{0,40}\b(?:appointments?|doctors?|dialysis|"
+       r"clinics?|visits?)\b)"),
     _p("medicaid", "CHIP (the Children's Health Insurance Program)", 42, ("457",),
        r"(?-i:\bCHIP\b)|children's health insurance"),
     _p("medicaid", "Medicaid", 42, ("436", "447"), r"\bmedicaid\b"),
@@ -461,11 +478,13 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"health canada|\bcfia\b|\befsa\b|european (?:union|commission)|\beu(?:'s)?\b|\bmhra\b|"
        r"\bpdo\b|protected designation of origin|"
        r"(?:sold|marketed|sell|selling|rules?|laws?|regulations?|requirements?|legal|allowed|banned|approved) in "
-       r"(?:canada|mexico|australia|japan|china|india|europe|the uk|the united kingdom|germany|france|italy|brazil)\b|"
-       r"\b(?:canada|mexico|australia|japan|china|india|the uk|germany|france|italy|brazil)(?:'s| law| rules| "
-       r"regulations)\b|"
-       r"\b(?:canadian|mexican|australian|japanese|chinese|british|german|french|italian|brazilian) (?:law|rules|"
-       r"regulations|requirements|government|standards|grades?|grade names|grading|certification)\b"),
+       r"(?:the )?(?:" + _COUNTRIES + r")\b|"
+       r"\bexport\w* (?:\w+ ){0,4}to (?:the )?(?:" + _COUNTRIES + r")\b|"
+       r"\b(?:" + _COUNTRIES + r")(?:'s| law| rules| regulations)\b|"
+       r"\b(?:canadian|mexican|australian|japanese|chinese|british|german|french|italian|brazilian|korean|taiwanese|"
+       r"vietnamese|filipino|thai|israeli|swiss|dutch|irish|russian|turkish|indian|singaporean) (?:law|rules|"
+       r"regulations|requirements|government|standards|grades?|grade names|grading|certification|authorities|"
+       r"ministry|agency|customs)\b"),
     _p("general-knowledge", "cooking and kitchen know-how", NOT_FEDERAL, (),
        r"\bhow (?:long|many minutes) (?:should|do|does|to|can) (?:i |you |we )?"
        r"(?:boil|bake|roast|grill|fry|rest|cook)\b|"
@@ -477,7 +496,9 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bhow long (?:can|should|will) (?:i|we|you) (?:keep(?!\s+\w+ing\b)|store|leave)\b|"
        r"\bhow long (?:does|do|will|would)\b[^.?!]{0,60}\b(?:stay|last|keep)s?(?: \w+)? (?:safe|good|fresh)\b|"
        r"\b(?:how (?:do|can|should) (?:i|we|you)|way to) make\b[^.?!]{0,60}\bat home\b|\brecipes? for\b|"
-       r"\b(?:meal|dinner|lunch|breakfast|snack|supper|recipe|menu|cooking) (?:ideas|suggestions)\b"),
+       r"\b(?:meal|dinner|lunch|breakfast|snack|supper|recipe|menu|cooking) (?:ideas|suggestions)\b|"
+       r"\bhow (?:do|can|should|would) (?:i|we|you) (?:\w+ )?(?:reheat|temper|melt|whip|knead|soften)\b|"
+       r"\b(?:smell|odou?r|stink|stain)s? out of\b|\bget rid of (?:the |that |this )?(?:smell|odou?r|stink)\b"),
     _p("general-knowledge", "nutrition science (what foods naturally contain, their health effects)", NOT_FEDERAL,
        (), r"\bnaturally (?:lowest|highest|low|high|rich) in\b|\blactose[- ]intoleran\w*|"
            r"\bhow many calories (?:are|is) (?:in|there in)\b|"
@@ -497,11 +518,16 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"disqualified|fined|"
        r"sanctioned|approved|denied)\b|"
        # how many did something in a past year: "How many people in the US donated blood last year?"
+       # (not a count a rule sets: "how many donors must a blood bank test each year")
        r"\bhow many (?:people|persons|americans|households|families|stores|retailers|pharmacies|companies|firms|"
-       r"patients|donors)\b[^.?!]{0,60}\b(?:last year|in (?:19|20)\d\d)\b"),
+       r"patients|donors)\b(?![^.?!]{0,60}\b(?:must|have to|has to|need|needs|required|may|can|should|shall)\b)"
+       r"[^.?!]{0,60}\b(?:last year|in (?:19|20)\d\d|(?:each|every|per) year|annually)\b"),
     _p("events", "who holds an office, and an agency's history (news and history, not regulation)", NOT_FEDERAL, (),
        r"\bwho (?:is|was) (?:the )?(?:current|first|new|acting|last|previous)\b|"
        r"\bwhen (?:was|were|did) (?:the )?(?:\w+ ){0,3}(?:first )?(?:created|founded|established|set up)\b"),
+    _p("events", "court cases and the latest developments (news, not regulation)", NOT_FEDERAL, (),
+       r"\bwhat'?s the latest (?:on|with|in)\b|\bany (?:news|updates?) on\b|"
+       r"\bcourt (?:fights?|battles?|challenges?|cases?|rulings?)\b|\blawsuits? (?:over|against|challenging)\b"),
     _p("events", "a particular product's recall or enforcement history (news, not regulation)", NOT_FEDERAL, (),
        r"\b(?:was|were|has|have|got)\b(?: \w+){0,6} recalled\b|\bwhich lot (?:codes|numbers)\b|"
        r"\b(?:ever|has|have|did|was|were)\b[^.?!]{0,60}\bwarning letters?\b|\bform 483s?\b|\b483 observations?\b|"
@@ -542,10 +568,11 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"certified kitchen|commercial kitchen)\b)|"
        r"\bnyc\b|new york city|\b(?:city|county|municipal|local) (?:laws?|ordinances?|health (?:codes?|departments?))\b|"
        r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks? (?:permits?|licen\w+|inspections?|rules|laws|regulations)|"
-       r"food handler(?:'s|s)? (?:cards?|permits?|licen\w+)|prescription drug monitoring program|\bpdmps?\b|"
+       r"food handler(?:'s|s)? (?:cards?|permits?|licen\w+)|prescription (?:drug )?monitoring programs?|\bpdmps?\b|"
        r"(?:marijuana|cannabis) dispensar(?:y|ies)|liquor licen\w+|business licen\w+|zoning|"
-       r"\b(?:texas|florida|new york|illinois|ohio|georgia|michigan|washington state)(?:'s)? "
-       r"(?:laws?|statutes?|licens\w+ (?:boards?|laws?))\b"),
+       r"\b(?:" + _US_STATES + r")(?:'s)? (?:laws?|statutes?|licens\w+ (?:boards?|laws?))\b|"
+       # a license a State issues: "a Wisconsin cheesemaker license"
+       r"\b(?:" + _US_STATES + r")(?:'s)? (?:[\w-]+ ){0,2}licen[cs]es?\b"),
 )
 
 

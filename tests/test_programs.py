@@ -45,6 +45,19 @@ EVAL = Path(__file__).resolve().parents[1] / "eval"
     ("About how many pharmacies in the US are registered with the DEA right now?", "general-knowledge", NOT_FEDERAL),
     ("Can you give me five easy dinner ideas using the canned chicken and rice from my CSFP box?",
      "general-knowledge", NOT_FEDERAL),
+    # heldout33 and heldout34's, after their blind runs (session 14)
+    ("how do i reheat leftover fried clams so they stay crispy", "general-knowledge", NOT_FEDERAL),
+    ("How do I get limburger cheese smell out of my fridge?", "general-knowledge", NOT_FEDERAL),
+    ("About how many people donate plasma in the US each year?", "general-knowledge", NOT_FEDERAL),
+    ("What's the latest on the court fight over Georgia's Medicaid work requirement program?", "events", NOT_FEDERAL),
+    ("In Texas do pharmacists have to check the state prescription monitoring program before filling hydrocodone?",
+     "state-law", NOT_FEDERAL),
+    ("Do I need a Wisconsin cheesemaker license to make gorgonzola on my farm?", "state-law", NOT_FEDERAL),
+    ("We're exporting peanut butter to South Korea. What do Korean authorities require on the label?", "foreign",
+     NOT_FEDERAL),
+    ("Does Medicare make me pay for the first 3 pints of blood if I need a transfusion?", "medicare", 42),
+    ("Does Medicaid have to give my mom rides to her dialysis appointments?", "medicaid", 42),
+    ("does medicare part b pay for acupuncture for lower back pain", "medicare", 42),
 ])
 def test_a_named_program_is_found_with_its_home(question, family, title):
     found = {home.family: home for home, _ in named_homes(question)}

@@ -417,6 +417,8 @@ def test_a_standard_asked_for_a_food_no_section_mentions_is_not_found_though_its
     # heldout31's (session 14)
     ("Honestly, should I be worried about the aspartame in the diet soda I drink every day?", "should I be worried"),
     ("Do you get worried about BHA in snack mixes?", "Do you get worried"),
+    ("Is my state going to switch our SNAP EBT cards to chip cards next year?",
+     "Is my state going to switch our SNAP EBT cards to chip cards next year"),
 ])
 def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
     assert judgement_asked(question) == words
@@ -441,6 +443,7 @@ def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question,
     "Will the state agency give me a notice before my certification ends?",  # a duty, not a forecast
     "Will FDA accept an electronic signature on the registration?",
     "I'm worried we missed the deadline. How many days do we have to file the appeal?",
+    "We are going to open a second store next year. Does it need its own SNAP authorization?",
 ])
 def test_a_question_about_rules_is_not_taken_for_a_judgement(question):
     assert judgement_asked(question) is None

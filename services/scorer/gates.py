@@ -604,6 +604,8 @@ _JUDGEMENT = re.compile("|".join((
     r"soon\s+|also\s+)?(?:ban|approve|change|raise|lower|increase|cut|lift|expand|extend|drop|end|stop|add|outlaw|"
     r"restrict|allow)\b",
     r"\bwill\b[^.?!]{0,60}\bnext year\b",
+    # asked of someone else ("is my state going to ... next year"), not the asker's own plan ("we are going to")
+    r"\b(?:is|are) (?:my |our |the |this |that )?[\w-]+(?: [\w-]+)? going to\b[^.?!]{0,60}\bnext year\b",
     # a private suit: the regulations here set what an agency does, not whether a pharmacy or a store can be sued
     r"\bgrounds (?:to sue|for a (?:lawsuit|suit))\b|\b(?:sue|suing) (?:the|my|our|that|this|a|them|him|her)\b",
     r"\bdoing a good job\b",
