@@ -444,6 +444,8 @@ def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question,
     "Will FDA accept an electronic signature on the registration?",
     "I'm worried we missed the deadline. How many days do we have to file the appeal?",
     "We are going to open a second store next year. Does it need its own SNAP authorization?",
+    # the asker's reason, not the question (heldout33)
+    "A buyer wants the turbot labeled 'Greenland halibut' because it sells better. Is that allowed?",
 ])
 def test_a_question_about_rules_is_not_taken_for_a_judgement(question):
     assert judgement_asked(question) is None

@@ -621,10 +621,16 @@ _JUDGEMENT = re.compile("|".join((
 )), re.I)
 
 
+# a judgement given as the asker's reason is not asked: "labeled 'Greenland halibut' because it sells better"
+_GIVEN_REASON = re.compile(r"\b(?:because|since|cause|as)\s+(?:[\w'-]+\s+){0,3}$", re.I)
+
+
 def judgement_asked(question: str) -> str | None:
     """The words by which the question asks for a judgement, a recommendation or a forecast, if it does."""
-    match = _JUDGEMENT.search(question)
-    return match.group(0).strip(" .,;:?!") if match else None
+    for match in _JUDGEMENT.finditer(question):
+        if not _GIVEN_REASON.search(question[:match.start()]):
+            return match.group(0).strip(" .,;:?!")
+    return None
 
 
 _FUNCTION_WORDS = frozenset("a an the to for of in on at by with and or but if than then that this it is are be as "
