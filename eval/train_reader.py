@@ -32,7 +32,10 @@ with them (10 of 55 at the first threshold that refuses an answerable question).
 
 The paired reader (``models/answer_reader_pairs.safetensors``, session 13) was trained with the same defaults on a
 ``collect`` made at ``5e0b3c0`` with ``eval/contrast.jsonl``'s 880 questions added (15,986 pairs, 26 minutes); the
-scorer reads with both, a passage's probability the lower of the two (``services/scorer/reader.py``).
+scorer reads with both, a passage's probability the lower of the two (``services/scorer/reader.py``). The strict
+reader (``models/answer_reader_strict.safetensors``, session 14) is the same recipe on a ``collect`` made with
+``f002c01``'s retrieval and 1,240 pair rows (19,538 pairs, 33 minutes), ``eval/contrast_validation.jsonl`` held
+out with the validation sets; the scorer asks it alone, at its own threshold.
 
 ``validate`` scores the validation sets' questions that the rule-based pre-gate lets through and that cite no held
 section, as production does (the best of the four passages sharing most question words in each of the first three
