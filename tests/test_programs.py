@@ -97,7 +97,8 @@ SETS = ("dataset.jsonl", "heldout.jsonl", "heldout2.jsonl", "heldout3.jsonl", "h
         "heldout6.jsonl", "heldout7.jsonl", "heldout8.jsonl", "heldout9.jsonl", "heldout10.jsonl", "heldout11.jsonl", "heldout12.jsonl", "heldout13.jsonl", "heldout14.jsonl", "heldout15.jsonl", "heldout16.jsonl", "heldout17.jsonl", "heldout18.jsonl",
         "heldout19.jsonl", "heldout20.jsonl", "heldout21.jsonl", "heldout22.jsonl", "heldout23.jsonl", "heldout24.jsonl",
         "heldout25.jsonl", "heldout26.jsonl", "heldout27.jsonl", "heldout28.jsonl",
-        "heldout29.jsonl", "heldout30.jsonl", "heldout31.jsonl", "heldout32.jsonl")
+        "heldout29.jsonl", "heldout30.jsonl", "heldout31.jsonl", "heldout32.jsonl",
+        "heldout33.jsonl", "heldout34.jsonl")
 
 
 @pytest.mark.parametrize("dataset", SETS)
