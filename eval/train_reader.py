@@ -55,7 +55,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path("/tmp/regs_reader")
-VALIDATION = (*(f"eval/heldout{n}.jsonl" for n in (15, 16, 17, 18, 20, 21)), "eval/contrast_validation.jsonl")
+# pairs like CONTRAST's (below) on 60 other sections, never trained on (session 14)
+CONTRAST_VALIDATION = "eval/contrast_validation.jsonl"
+VALIDATION = (*(f"eval/heldout{n}.jsonl" for n in (15, 16, 17, 18, 20, 21)), CONTRAST_VALIDATION)
 # neither trained nor validated on: each run once through the gateway (22 to 28 were written after the shipped
 # weights were trained)
 BLIND = ("eval/heldout19.jsonl", "eval/heldout22.jsonl", "eval/heldout23.jsonl", "eval/heldout24.jsonl",
@@ -73,7 +75,7 @@ TUNED_LAYERS_FROM = 3  # layers below this, and the embeddings, stay frozen
 
 def eval_sets() -> list[str]:
     held = sorted(ROOT.glob("eval/heldout*.jsonl"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 1))
-    return ["eval/dataset.jsonl", *(str(p.relative_to(ROOT)) for p in held), CONTRAST, "eval/contrast_validation.jsonl"]
+    return ["eval/dataset.jsonl", *(str(p.relative_to(ROOT)) for p in held), CONTRAST, CONTRAST_VALIDATION]
 
 
 # --------------------------------------------------------------------------------------------

@@ -829,12 +829,12 @@ _SET_ASIDE = re.compile(r"\b(?:instead of|rather than|as opposed to|in place of)
                         r"((?:[\w'-]+\s+){0,2}[\w'-]+)", re.I)
 
 
-def set_aside_by_contrast(members: list[Hit], family: Family, question: str) -> list[Hit]:
-    """The members every distinguishing word of which the question names only after "instead of", "rather than"
-    (there, the sibling it compares with, not the one it asks about)."""
+def set_aside_by_contrast(family: Family, question: str) -> list[Hit]:
+    """The family's members every distinguishing word of which the question names only after "instead of", "rather
+    than" (there, the sibling it compares with, not the one it asks about)."""
     contrasted = {w for m in _SET_ASIDE.finditer(question) for w in content_words(m.group(1))}
     asked = set(content_words(_SET_ASIDE.sub(" ", question)))
-    return [m for m in members
+    return [m for m in family.members
             if (dist := _distinguishing(m, family)) and dist <= contrasted and not dist & asked]
 
 
@@ -844,7 +844,7 @@ def named_members(family: Family, question: str, retrieval: RetrieveResult, q: Q
     cited = [refs[_citation_ref(c)] for c in retrieval.scope.citations if c.exists and _citation_ref(c) in refs]
     if cited:
         return cited
-    contrasted = {m.cfr_ref for m in set_aside_by_contrast(family.members, family, question)}
+    contrasted = {m.cfr_ref for m in set_aside_by_contrast(family, question)}
     for subject in retrieval.scope.subjects:
         matched = [refs[r] for r in subject.cfr_refs if r in refs and r not in contrasted]
         if matched and len(matched) < len(family.members):

@@ -78,6 +78,11 @@ def closest_passages(question: str, hit: Hit, n: int) -> list[str]:
     return [every[i] for i in sorted(ranked)]
 
 
+def _read_passages(question: str, sections: Sequence[Hit], per_section: int) -> list[tuple[str, str]]:
+    """(cfr_ref, passage) for the passages a reader reads of ``sections``."""
+    return [(h.cfr_ref, p) for h in sections for p in closest_passages(question, h, per_section)]
+
+
 def _quietly(load):
     """Run ``load`` without transformers' load report and progress bar: the base checkpoint has no classifier, which
     it reports as "newly initialized ... consider training", though the tuned weights loaded next replace it."""
@@ -168,7 +173,7 @@ class AnswerReader:
         passage that states the answer shares its terms, and a long section (21 CFR 101.9 runs to ~100 passages)
         would otherwise cost seconds per question.
         """
-        items = [(h.cfr_ref, p) for h in sections for p in closest_passages(question, h, per_section)]
+        items = _read_passages(question, sections, per_section)
         if not items:
             return Reading(0.0, None, "")
         texts = [p for _, p in items]
@@ -191,7 +196,7 @@ class AnswerReader:
         """The strict reader's best passage of ``sections`` (the same passages ``read`` reads); None without one."""
         if self.strict_model is None:
             return None
-        items = [(h.cfr_ref, p) for h in sections for p in closest_passages(question, h, per_section)]
+        items = _read_passages(question, sections, per_section)
         if not items:
             return Reading(0.0, None, "")
         probabilities = self._read_with([self.strict_model], question, [p for _, p in items])[0]
