@@ -63,7 +63,8 @@ VALIDATION = (*(f"eval/heldout{n}.jsonl" for n in (15, 16, 17, 18, 20, 21)), CON
 BLIND = ("eval/heldout19.jsonl", "eval/heldout22.jsonl", "eval/heldout23.jsonl", "eval/heldout24.jsonl",
          "eval/heldout25.jsonl", "eval/heldout26.jsonl", "eval/heldout27.jsonl", "eval/heldout28.jsonl",
          "eval/heldout29.jsonl", "eval/heldout30.jsonl", "eval/heldout31.jsonl", "eval/heldout32.jsonl",
-         "eval/heldout33.jsonl", "eval/heldout34.jsonl", "eval/heldout35.jsonl", "eval/heldout36.jsonl")
+         "eval/heldout33.jsonl", "eval/heldout34.jsonl", "eval/heldout35.jsonl", "eval/heldout36.jsonl",
+         "eval/heldout37.jsonl", "eval/heldout38.jsonl")
 # held subject, absent fact: 620 pairs of an answerable question and a not_found one on the same section, written
 # by helpers for the reader (200 in session 12, 240 in session 13, 180 in session 14; session 14's other 60, on
 # other sections, are eval/contrast_validation.jsonl, a validation set); trained on, never run through the gateway as an

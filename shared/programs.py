@@ -51,7 +51,10 @@ TAX_TREATMENT = (r"tax[- ]deducti\w+|\bdeduct\w*\b[^.?!]{0,80}\b(?:taxes|tax ret
                  r"\b(?:taxes|tax returns?|income tax\w*)\b[^.?!]{0,60}\bdeduct|"
                  # whether a benefit is income to the IRS: "report my SNAP benefits as income on my tax return"
                  r"\btaxable\b|\b(?:on|in) (?:my|our|your|his|her|their|a|the) (?:federal |state )?(?:income )?tax returns?\b|"
-                 r"\bpay (?:federal |state )?(?:income )?tax(?:es)? on\b")
+                 r"\bpay (?:federal |state )?(?:income )?tax(?:es)? on\b|"
+                 # a tax credit is the tax code's: "does SNAP reduce the earned income tax credit"
+                 r"\b(?:earned income (?:tax )?credit|eitc|child tax credit|(?:premium|work opportunity) tax credit)\b|"
+                 r"\bon (?:my|our|your|his|her|their) taxes\b")
 _TAX_TREATMENT = re.compile(TAX_TREATMENT, re.I)
 
 
@@ -81,7 +84,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bwic\b|women,? infants,? and children"),
     _p("school-meals", "the National School Lunch Program", 7, ("210",),
        r"school lunch|\bnslp\b|\bfree lunch(?:es)?\b|"
-       r"(?:free|reduced[- ]price) (?:or|and|versus|vs\.?) (?:free|reduced[- ]price) (?:school )?(?:lunch|meals?)"),
+       r"(?:free|reduced[- ]price) (?:or|and|versus|vs\.?) (?:free|reduced[- ]price) (?:school )?(?:lunch|meals?)|"
+       # what schools may sell outside the meal (7 CFR 210.11): "Smart Snacks", the vending machines
+       r"\bsmart snacks?\b|\bcompetitive foods?\b|\bschool (?:vending|cafeterias?|meals?|snacks?)\b|"
+       r"\bvending machines? (?:at|in) (?:a |the |my |our )?schools?\b"),
     _p("school-meals", "the School Breakfast Program", 7, ("220",), r"school breakfast"),
     _p("cacfp", "the Child and Adult Care Food Program", 7, ("226",), r"child and adult care food|\bcacfp\b"),
     _p("sfsp", "the Summer Food Service Program", 7, ("225",), r"summer food service|summer meals? for kids"),
@@ -196,7 +202,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     _p("radiological", "radiation-emitting electronic products (lasers, tanning, microwaves, X-ray)", 21,
        ("1000", "1002", "1010", "1020", "1030", "1040", "1050"),
        r"laser (?:products?|pointers?)|\blasers?\b|tanning (?:beds?|booths?|lamps?|devices?)|"
-       r"sunlamps?|microwave ovens?|x-ray (?:machines?|equipment|systems?)|ultrasonic therapy"),
+       r"sunlamps?|microwave ovens?|x-ray (?:machines?|equipment|systems?|units?|tubes?)|\b(?:dental|medical|"
+       r"diagnostic) x-rays?\b|leakage radiation|ultrasonic therapy"),
     _p("mammography", "mammography facility standards (MQSA)", 21, ("900",), r"mammograph|\bmqsa\b"),
     _p("tobacco", "tobacco products", 21, ("1100", "1140", "1141", "1143"),
        r"cigarette (?:packages?|packs?|warnings?|labels?|sales|advertising|ads)|menthol|e-cigarettes?|"
@@ -522,6 +529,33 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bhow many (?:people|persons|americans|households|families|stores|retailers|pharmacies|companies|firms|"
        r"patients|donors)\b(?![^.?!]{0,60}\b(?:must|have to|has to|need|needs|required|may|can|should|shall)\b)"
        r"[^.?!]{0,60}\b(?:last year|in (?:19|20)\d\d|(?:each|every|per) year|annually)\b"),
+    _p("general-knowledge", "what share of a program's people are of a kind (statistics, not regulation)",
+       NOT_FEDERAL, (),
+       # "what share of SNAP recipients are 60 or older", not "what share of the admin costs does FNS pay" nor
+       # "what percentage of households must be screened" (a share a rule sets)
+       r"\b(?:what|which) (?:share|percent(?:age)?|proportion|fraction|portion) of (?:all )?(?:[\w-]+ ){0,3}"
+       r"(?:recipients|participants|beneficiaries|enrollees|households|people|americans|seniors|users|patients|"
+       r"consumers|adults|children|kids)\b(?! (?:must|may|shall|can|have to|has to|need|needs|is required|are required))|"
+       r"\bhow many\b[^.?!]{0,60}\bnationwide\b|\bnationwide\b[^.?!]{0,30}\b(?:are|were) (?:enrolled|on|receiving)\b"),
+    _p("general-knowledge", "what something costs in stores (retail prices, which no regulation sets)", NOT_FEDERAL, (),
+       r"\bcosts?\b[^.?!]{0,40}\b(?:at (?:cvs|walgreens|walmart|target|costco|rite aid|kroger|amazon|a warehouse store|"
+       r"a seafood counter|the (?:store|pharmacy|drugstore|grocery(?: store)?|supermarket))|these days|"
+       r"without insurance|wholesale|at retail)\b|"
+       r"\b(?:usually|typically|normally|roughly) costs?\b|\b(?:average|retail|street|typical|going|shelf|wholesale) prices?\b"),
+    _p("general-knowledge", "names, slogans and other creative help (not a regulation question)", NOT_FEDERAL, (),
+       r"\b(?:suggest|come up with|brainstorm|think of|help me (?:write|name|pick|choose|brainstorm))\b[^.?!]{0,40}"
+       r"\b(?:names?|slogans?|taglines?|logos?|jingles?|captions?)\b|\bcatchy\b"),
+    _p("general-knowledge", "keeping pests out of a home or garage (household know-how)", NOT_FEDERAL, (),
+       r"\b(?:mice|rats|rodents|roaches|cockroaches|ants|pests|weevils|moths|bugs|squirrels|raccoons)\b[^?]{0,120}"
+       r"\bhow (?:do|can|should) (?:i|we) (?:keep (?:them|it|those|these) out|get rid of|stop|kill)\b|"
+       r"\bhow (?:do|can|should) (?:i|we) (?:keep|get rid of|kill|repel)\b[^.?!]{0,30}\b(?:mice|rats|rodents|roaches|"
+       r"cockroaches|ants|pests|weevils|moths|bugs)\b"),
+    _p("events", "whether a program's trust fund will run out of money (a forecast, not regulation)", NOT_FEDERAL, (),
+       r"\brun(?:ning)? out of (?:money|funds|funding|cash)\b|\bgo(?:ing)? (?:broke|bankrupt)\b|\binsolven\w+|"
+       r"\btrust funds? (?:run|running|runs|will run) (?:out|dry)\b"),
+    _p("statutes", "a whistleblower's (qui tam) suit and award under the False Claims Act, which a statute "
+       "(31 U.S.C. 3730) sets, not these regulations", NOT_FEDERAL, (),
+       r"\bfalse claims act\b|\bqui tam\b|\bwhistle-?blower(?:'s)? (?:awards?|rewards?|share|cut|percentage)\b"),
     _p("events", "who holds an office, and an agency's history (news and history, not regulation)", NOT_FEDERAL, (),
        r"\bwho (?:is|was) (?:the )?(?:current|first|new|acting|last|previous)\b|"
        r"\bwhen (?:was|were|did) (?:the )?(?:\w+ ){0,3}(?:first )?(?:created|founded|established|set up)\b"),

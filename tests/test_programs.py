@@ -98,7 +98,7 @@ SETS = ("dataset.jsonl", "heldout.jsonl", "heldout2.jsonl", "heldout3.jsonl", "h
         "heldout19.jsonl", "heldout20.jsonl", "heldout21.jsonl", "heldout22.jsonl", "heldout23.jsonl", "heldout24.jsonl",
         "heldout25.jsonl", "heldout26.jsonl", "heldout27.jsonl", "heldout28.jsonl",
         "heldout29.jsonl", "heldout30.jsonl", "heldout31.jsonl", "heldout32.jsonl",
-        "heldout33.jsonl", "heldout34.jsonl")
+        "heldout33.jsonl", "heldout34.jsonl", "heldout35.jsonl", "heldout36.jsonl")
 
 
 @pytest.mark.parametrize("dataset", SETS)
@@ -244,6 +244,43 @@ def test_a_food_truck_is_a_kitchen_not_food_transportation():
 ])
 def test_heldout29_and_30_misses_have_homes(question, name):
     assert name in [h.name for h, _ in named_homes(question)]
+
+
+@pytest.mark.parametrize("question, name", [
+    ("roughly what percent of medicaid enrollees are children",
+     "what share of a program's people are of a kind (statistics, not regulation)"),
+    ("How many CSFP participants are there nationwide?",
+     "what share of a program's people are of a kind (statistics, not regulation)"),
+    ("What does a tube of hydrocortisone cream cost at Walgreens?",
+     "what something costs in stores (retail prices, which no regulation sets)"),
+    ("what's the average price of a gallon of whole milk", "what something costs in stores (retail prices, which no "
+                                                            "regulation sets)"),
+    ("Help me brainstorm a slogan for our cheese shop", "names, slogans and other creative help (not a regulation "
+                                                        "question)"),
+    ("Ants keep showing up in the pantry where I keep my CSFP box. How can I get rid of them?",
+     "keeping pests out of a home or garage (household know-how)"),
+    ("can our high school vending machine sell diet soda", "the National School Lunch Program"),
+    ("Sugar limits for Smart Snacks sold at a school bake sale?", "the National School Lunch Program"),
+    ("What leakage limits apply to a medical x-ray tube housing?",
+     "radiation-emitting electronic products (lasers, tanning, microwaves, X-ray)"),
+    ("When will the Medicaid program go broke?",
+     "whether a program's trust fund will run out of money (a forecast, not regulation)"),
+    ("I'm a nurse thinking of filing a qui tam case over Medicare billing. What's my share?",
+     "a whistleblower's (qui tam) suit and award under the False Claims Act, which a statute (31 U.S.C. 3730) sets, "
+     "not these regulations"),
+])
+def test_heldout35_and_36_misses_have_homes(question, name):
+    assert name in [h.name for h, _ in named_homes(question)]
+
+
+@pytest.mark.parametrize("question", [
+    "What share of the administrative costs does FNS pay a tribal organization?",
+    "What percentage of households must a State agency review each year?",
+    "How much does it cost to register a drug establishment with FDA?",
+    "Must a food plant keep pests out of its warehouse?",
+])
+def test_shares_costs_and_pests_a_rule_sets_are_not_general_knowledge(question):
+    assert not [h for h, _ in named_homes(question) if h.family in ("general-knowledge", "events", "statutes")]
 
 
 def test_a_donor_count_a_rule_sets_is_not_a_statistic():

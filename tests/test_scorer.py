@@ -1040,6 +1040,14 @@ def test_a_measure_none_of_the_best_sections_gives_is_not_found():
     assert gives_measure("The cheese is held for 3 weeks at 50 °F.", "age")
     assert not gives_measure("The donor must not have donated within the past 8 weeks.", "age")
     assert gives_measure(GOUDA, "concentration") is False and gives_measure("at most 20 ppb", "concentration")
+    # acidity: any mention of pH asks for one, and a section that never says "pH" sets none
+    assert asked_measure("what ph does salsa need to be to sell it shelf stable") == "pH"
+    assert asked_measure("Is there a required pH range for a nasal spray?") == "pH"
+    assert asked_measure("Does the lab director need a PhD?") is None
+    assert gives_measure("acidified to a finished equilibrium pH of 4.6 or below", "pH")
+    assert not gives_measure(GOUDA, "pH")
+    res = pre_gate("What pH does gouda have to reach?", retrieval_of())
+    assert res.refusal is not None and res.refusal.reason == "not_found" and "asks for a pH" in res.refusal.message
     res = pre_gate("How many calories are in a slice of gouda?", retrieval_of())
     assert res.refusal is not None and res.refusal.reason == "not_found"
     assert "a number of calories" in res.refusal.message and res.refusal.evidence[0].cfr_ref == "21 CFR 133.142"
@@ -1105,6 +1113,37 @@ def test_whether_a_benefit_is_taxable_is_tax_law_too():
     # a sales tax at the register is a store's question under SNAP's rules (7 CFR 278.2)
     assert not asks_tax_treatment("Can a grocery store charge sales tax on items I pay for with SNAP benefits?")
     assert not asks_tax_treatment("customer is paying with SNAP at my register - am I supposed to add sales tax?")
+
+
+def test_a_tax_credit_is_tax_law_whatever_benefit_it_is_asked_beside():
+    from shared.programs import asks_tax_treatment
+
+    assert asks_tax_treatment("Will my Medicaid coverage change the EITC I get?")
+    assert asks_tax_treatment("if my family gets SNAP can i still claim the child tax credit")
+    assert asks_tax_treatment("Do we list WIC checks on our taxes?")
+    assert not asks_tax_treatment("Does SNAP count the earned income of a student in the household?")
+
+
+def test_a_form_of_an_agency_not_held_is_that_agencys_question():
+    from services.scorer.gates import asks_for_form_of
+
+    assert asks_for_form_of("Which SSA form do I fill out to have my Part B premium withheld?", "SSA")
+    assert asks_for_form_of("what's the form number from the IRS for reporting Medicaid waiver pay", "IRS")
+    assert not asks_for_form_of("Does SSA deduct the Part B premium from my check?", "SSA")
+    # the held text names that agency's form: it answers
+    verification = make_hit("21 CFR 133.142", 0.7, 1, cfr_ref="7 CFR 272.11", text="The State agency shall request verification of an alien "
+                            "applicant by completing USCIS Form G-845 and submitting photocopies of such documents.")
+    assert not asks_for_form_of("Which USCIS form does the caseworker send?", "USCIS", [verification])
+    programs = [ProgramRef(name="Medicare", title=42, parts=["407"], home="42 CFR part 407", said="Part B", held=True),
+                ProgramRef(name="federal employment (OPM)", title=5, parts=["890"], home="5 CFR part 890", said="OPM",
+                           held=False)]
+    question = "What OPM form stops my Part B premium coming out of my annuity?"
+    res = pre_gate(question, retrieval_of(scope=Scope(programs=programs)), corpus_titles=[7, 21, 42])
+    assert res.refusal is not None and res.refusal.reason == "not_found" and "5 CFR part 890" in res.refusal.message
+    # naming the agency as the one who deducts is the held program's rule
+    question = "Does OPM take my Part B premium out of my annuity?"
+    res = pre_gate(question, retrieval_of(scope=Scope(programs=programs)), corpus_titles=[7, 21, 42])
+    assert res.refusal is None or "5 CFR part 890" not in res.refusal.message
 
 
 def test_whether_an_expense_is_tax_deductible_is_tax_law_whatever_program_it_is_for():

@@ -456,6 +456,8 @@ _ASKS_FOR_MEASURE = [
 ] + [("temperature", re.compile(r"\bwhat temperature\b|\bhow (?:hot|cold)\b", re.I)),
      # not "how long": a rule gives durations in words as often as in figures ("the eighth consecutive month")
      ("time", re.compile(r"\bhow many (?:days|weeks|months|years|hours|minutes)\b", re.I)),
+     # acidity is stated as "pH 4.6" or "a pH of 4.6 or below"; a section that never says pH sets none
+     ("pH", re.compile(r"\bph\b(?!\.?d\b)", re.I)),
      ("age", re.compile(r"\bhow old\b|\b(?:minimum|maximum|what|which|legal|youngest|oldest) age\b|"
                         r"\bage (?:limit|requirement|cut-?off|minimum|restriction)s?\b|\bold enough\b", re.I))]
 # an age a section sets: "65 years of age", "age 18", "children under 12 years", "adults 12 years and over"
@@ -478,6 +480,8 @@ def gives_measure(text: str, measure: str) -> bool:
     """Whether the text states a figure in one of the measure's units."""
     if measure == "age":
         return bool(_STATES_AGE.search(text))
+    if measure == "pH":
+        return re.search(r"\bpH\b", text) is not None
     units = _MEASURES[measure]
     return any(f.unit in units for f in extract_figures(text))
 
@@ -485,7 +489,7 @@ def gives_measure(text: str, measure: str) -> bool:
 _INITIALISM = re.compile(r"[A-Z]{2,5}s?")
 # families whose naming is the question's ask whatever held program it mentions: "the half-life of
 # diphenhydramine in a sleep aid", "which pharmacies were fined by the DEA"
-ASKED_AS_SUCH = frozenset({"general-knowledge", "events"})
+ASKED_AS_SUCH = frozenset({"general-knowledge", "events", "statutes"})
 _JOINING = re.compile(
     r"\b(?:eligible|eligibility|qualify|qualified|qualifies|apply|applying|enroll|enrolling|sign(?:ed|ing)? up|"
     r"get|getting|receive|receiving|benefits?|approved)\s+(?:for|in|into|from|to)\s+(?:the\s+)?(?:[\w-]+\s+){0,2}$",
@@ -623,6 +627,19 @@ _JUDGEMENT = re.compile("|".join((
 
 # a judgement given as the asker's reason is not asked: "labeled 'Greenland halibut' because it sells better"
 _GIVEN_REASON = re.compile(r"\b(?:because|since|cause|as)\s+(?:[\w'-]+\s+){0,3}$", re.I)
+
+
+def _form_of(said: str) -> re.Pattern:
+    name = re.escape(said)
+    return re.compile(rf"\b{name}\s+forms?\b|\bforms?\b[^.?!]{{0,15}}\b(?:from|of|does)\s+(?:the\s+)?{name}\b", re.I)
+
+
+def asks_for_form_of(question: str, said: str, hits: list[Hit] = ()) -> bool:
+    """Whether the question asks for a form of the agency it names, one none of ``hits`` names: "what OPM form do I
+    use" asks about OPM's process, however much of it is about a held program's premium, while SNAP's rules do name
+    the "USCIS Form G-845" a caseworker sends."""
+    form = _form_of(said)
+    return form.search(question) is not None and not any(form.search(h.text) for h in hits)
 
 
 def judgement_asked(question: str) -> str | None:
@@ -1072,7 +1089,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     # subject ("the half-life of diphenhydramine" in a nighttime sleep-aid)
     if unheld and held_named and not cited_existing:
         unheld = [p for p in unheld if p.family in ASKED_AS_SUCH or asked_to_join(question, p.said)
-                  or (p.family == "irs" and asks_tax_treatment(question))]
+                  or asks_for_form_of(question, p.said, hits[:3]) or (p.family == "irs" and asks_tax_treatment(question))]
         held_named = not unheld
     if unheld and not held_named:
         federal = [p for p in unheld if p.title]
@@ -1299,7 +1316,7 @@ def pre_gate(question: str, retrieval: RetrieveResult, th: ScorerThresholds | No
     measure = asked_measure(question)
     if measure and not any(gives_measure(h.text, measure) for h in hits[: th.measure_top_n]):
         read = hits[: th.measure_top_n]
-        wanted = {"time": "a length of time", "calories": "a number of calories", "age": "an age"}.get(
+        wanted = {"time": "a length of time", "calories": "a number of calories", "age": "an age", "pH": "a pH"}.get(
             measure, f"a {measure}")
         where = (f"the best-matching section, {read[0].cfr_ref}, states none" if len(read) == 1 else
                  f"none of the best-matching sections ({_join([h.cfr_ref for h in read])}) states one")
