@@ -54,7 +54,9 @@ TAX_TREATMENT = (r"tax[- ]deducti\w+|\bdeduct\w*\b[^.?!]{0,80}\b(?:taxes|tax ret
                  r"\bpay (?:federal |state )?(?:income )?tax(?:es)? on\b|"
                  # a tax credit is the tax code's: "does SNAP reduce the earned income tax credit"
                  r"\b(?:earned income (?:tax )?credit|eitc|child tax credit|(?:premium|work opportunity) tax credit)\b|"
-                 r"\bon (?:my|our|your|his|her|their) taxes\b")
+                 r"\bon (?:my|our|your|his|her|their) taxes\b|"
+                 # what a health savings account may take or pay for is the tax code's (26 U.S.C. 223)
+                 r"\b(?:hsa|health savings accounts?)\b")
 _TAX_TREATMENT = re.compile(TAX_TREATMENT, re.I)
 
 
@@ -166,7 +168,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bfsis\b|meat inspection|poultry inspection|slaughter\w*|safe handling (?:instructions|labels?)|"
        r"(?:meat|poultry) (?:labels?|labeling|products? labels?|processing|plants?)|usda (?:inspected|inspection)|"
        r"raw (?:meat|poultry|ground beef|chicken|pork)|cured (?:meats?|pork|bacon|hams?)|egg products? inspection|"
-       r"catfish inspection"),
+       r"catfish inspection|custom[- ]exempt|custom (?:slaughter\w*|butcher\w*|processing|processed)"),
     # ------------------------------------------------------------------ title 21: parts held here and parts not
     _p("food-additives", "food additive and GRAS rules", 21, ("170", "172", "173", "174", "175", "176", "177", "178",
                                                             "182", "184", "186", "189"),
@@ -291,7 +293,9 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"look-?back period|transfers? of assets|spousal impoverishment|community spouse"),
     _p("medicaid", "Medicaid home and community-based services", 42, ("441",),
        r"home and community[- ]based|\bhcbs\b|1915\s*\(c\)|personal care services"),
-    _p("medicaid", "Medicaid managed care", 42, ("438",), r"managed care"),
+    # how fast an MCO pays a clean claim is 42 CFR 447.46, held here
+    _p("medicaid", "Medicaid managed care", 42, ("438",),
+       r"managed care(?![^.?!]{0,80}\b(?:clean claims?|claims? payments?|pay (?:\w+ ){0,2}claims?)\b)"),
     _p("medicaid", "Medicaid non-emergency medical transportation", 42, ("431", "440"),
        r"\bnemt\b|non-?emergency (?:medical )?transportation|"
        r"\bmedicaid\b[^.?!]{0,80}\b(?:rides?|transportation)\b(?=[^.?!]{0,40}\b(?:appointments?|doctors?|dialysis|"
@@ -477,6 +481,9 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
     # ------------------------------------------------------------------ laws no CFR part governs
     _p("no-rule", "religious dietary certification (kosher, halal), which no federal regulation defines",
        NOT_FEDERAL, (), r"\bkosher\b|\bhalal\b"),
+    _p("incentives", "nutrition incentive matches at markets (Double Up Food Bucks, GusNIP grants), which grant terms "
+       "and local programs set, not SNAP's regulations", NOT_FEDERAL, (),
+       r"\bdouble up(?: food)? bucks\b|\bgusnip\b|\bnutrition incentives?\b|\bfresh (?:bucks|match)\b"),
     # the agreements under which FDA and a foreign authority accept each other's inspections are U.S. rules
     # (21 CFR part 26), though the question names the other side ("how long does an EU authority have to send FDA ...")
     _p("foreign", "mutual recognition of inspections between FDA and foreign authorities", 21, ("26",),
@@ -505,6 +512,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\b(?:how (?:do|can|should) (?:i|we|you)|way to) make\b[^.?!]{0,60}\bat home\b|\brecipes? for\b|"
        r"\b(?:meal|dinner|lunch|breakfast|snack|supper|recipe|menu|cooking) (?:ideas|suggestions)\b|"
        r"\bhow (?:do|can|should|would) (?:i|we|you) (?:\w+ )?(?:reheat|temper|melt|whip|knead|soften)\b|"
+       r"\bsubstitut\w*\b[^.?!]{0,60}\brecipe\b|\brecipe\b[^.?!]{0,60}\bsubstitut\w*|"
+       r"\bwhat (?:do|can|should) (?:you|i|we|people) (?:actually |even |usually )?(?:do|make|cook|serve) with\b|"
        r"\b(?:smell|odou?r|stink|stain)s? out of\b|\bget rid of (?:the |that |this )?(?:smell|odou?r|stink)\b"),
     _p("general-knowledge", "nutrition science (what foods naturally contain, their health effects)", NOT_FEDERAL,
        (), r"\bnaturally (?:lowest|highest|low|high|rich) in\b|\blactose[- ]intoleran\w*|"
@@ -535,7 +544,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        # "what percentage of households must be screened" (a share a rule sets)
        r"\b(?:what|which) (?:share|percent(?:age)?|proportion|fraction|portion) of (?:all )?(?:[\w-]+ ){0,3}"
        r"(?:recipients|participants|beneficiaries|enrollees|households|people|americans|seniors|users|patients|"
-       r"consumers|adults|children|kids)\b(?! (?:must|may|shall|can|have to|has to|need|needs|is required|are required))|"
+       r"consumers|adults|children|kids|donors)\b(?! (?:must|may|shall|can|have to|has to|need|needs|is required|are required))|"
        r"\bhow many\b[^.?!]{0,60}\bnationwide\b|\bnationwide\b[^.?!]{0,30}\b(?:are|were) (?:enrolled|on|receiving)\b"),
     _p("general-knowledge", "what something costs in stores (retail prices, which no regulation sets)", NOT_FEDERAL, (),
        r"\bcosts?\b[^.?!]{0,40}\b(?:at (?:cvs|walgreens|walmart|target|costco|rite aid|kroger|amazon|a warehouse store|"
@@ -558,7 +567,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\bfalse claims act\b|\bqui tam\b|\bwhistle-?blower(?:'s)? (?:awards?|rewards?|share|cut|percentage)\b"),
     _p("events", "who holds an office, and an agency's history (news and history, not regulation)", NOT_FEDERAL, (),
        r"\bwho (?:is|was) (?:the )?(?:current|first|new|acting|last|previous)\b|"
-       r"\bwhen (?:was|were|did) (?:the )?(?:\w+ ){0,3}(?:first )?(?:created|founded|established|set up)\b"),
+       r"\bwhen (?:was|were|did) (?:the )?(?:\w+ ){0,3}(?:first )?(?:created|founded|established|set up)\b|"
+       # what an agency did lately is news: "did FDA recently approve a new painkiller"
+       r"\b(?:did|has|have) (?:the )?(?:fda|usda|dea|cms|fns|hhs)\b[^.?!]{0,20}\b(?:recently|just|finally|lately)\b|"
+       r"\brecently approved\b"),
     _p("events", "court cases and the latest developments (news, not regulation)", NOT_FEDERAL, (),
        r"\bwhat'?s the latest (?:on|with|in)\b|\bany (?:news|updates?) on\b|"
        r"\bcourt (?:fights?|battles?|challenges?|cases?|rulings?)\b|\blawsuits? (?:over|against|challenging)\b"),
@@ -602,7 +614,10 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"certified kitchen|commercial kitchen)\b)|"
        r"\bnyc\b|new york city|\b(?:city|county|municipal|local) (?:laws?|ordinances?|health (?:codes?|departments?))\b|"
        r"(?:the )?(?:fda )?food code\b|restaurant (?:health )?inspections?|health inspectors?|food trucks? (?:permits?|licen\w+|inspections?|rules|laws|regulations)|"
-       r"food handler(?:'s|s)? (?:cards?|permits?|licen\w+)|prescription (?:drug )?monitoring programs?|\bpdmps?\b|"
+       r"food handler(?:'s|s)? (?:cards?|permits?|licen\w+)|\bservsafe\b|\bfood (?:safety|manager)(?:'s)? "
+       r"certificat\w*|"
+       # a State's bill: "California's SB 1383", "AB 418"
+       r"\b(?:SB|AB)\s?\d{2,4}\b|prescription (?:drug )?monitoring programs?|\bpdmps?\b|"
        r"(?:marijuana|cannabis) dispensar(?:y|ies)|liquor licen\w+|business licen\w+|zoning|"
        r"\b(?:" + _US_STATES + r")(?:'s)? (?:laws?|statutes?|licens\w+ (?:boards?|laws?))\b|"
        # a license a State issues: "a Wisconsin cheesemaker license"
@@ -661,7 +676,7 @@ _CANONICAL_STATE = {s.lower(): s for s in US_STATES + US_TERRITORIES}
 # Pennsylvania"): that is the State's own law or policy, which a federal section answers only if it names the State
 _STATE_RULING = re.compile(
     rf"\b(?:does|do|can|will|would|could|did|may)\s+(?:the\s+state\s+of\s+)?(?P<a>{_STATE_NAMES})\s+"
-    rf"(?:require|make|let|allow|permit|ban|prohibit|charge|set|cap|limit|have\s+(?:a|its\s+own|any))\b|"
+    rf"(?:(?:still|now|also|even|really|actually)\s+)?(?:require|make|let|allow|permit|ban|prohibit|charge|set|cap|limit|have\s+(?:a|its\s+own|any))\b|"
     rf"\b(?:legal|illegal|allowed|permitted|banned|against\s+the\s+law)\b[^.?!]{{0,60}}?\bin\s+(?:the\s+state\s+of\s+)?"
     rf"(?P<b>{_STATE_NAMES})\s*(?:[?.!,;]|$)",  # the clause ends there: "legal for my pharmacy in Ohio to sell" is not
     re.I,

@@ -98,7 +98,8 @@ SETS = ("dataset.jsonl", "heldout.jsonl", "heldout2.jsonl", "heldout3.jsonl", "h
         "heldout19.jsonl", "heldout20.jsonl", "heldout21.jsonl", "heldout22.jsonl", "heldout23.jsonl", "heldout24.jsonl",
         "heldout25.jsonl", "heldout26.jsonl", "heldout27.jsonl", "heldout28.jsonl",
         "heldout29.jsonl", "heldout30.jsonl", "heldout31.jsonl", "heldout32.jsonl",
-        "heldout33.jsonl", "heldout34.jsonl", "heldout35.jsonl", "heldout36.jsonl")
+        "heldout33.jsonl", "heldout34.jsonl", "heldout35.jsonl", "heldout36.jsonl", "heldout37.jsonl",
+        "heldout38.jsonl")
 
 
 @pytest.mark.parametrize("dataset", SETS)
@@ -281,6 +282,39 @@ def test_heldout35_and_36_misses_have_homes(question, name):
 ])
 def test_shares_costs_and_pests_a_rule_sets_are_not_general_knowledge(question):
     assert not [h for h, _ in named_homes(question) if h.family in ("general-knowledge", "events", "statutes")]
+
+
+@pytest.mark.parametrize("question, name", [
+    ("What share of plasma donors are first-timers?",
+     "what share of a program's people are of a kind (statistics, not regulation)"),
+    ("Has FDA just approved a generic for this inhaler?",
+     "who holds an office, and an agency's history (news and history, not regulation)"),
+    ("Can I put money in a health savings account while on Medicare?", "federal tax rules (IRS)"),
+    ("what can i use as a substitute for buttermilk in this recipe", "cooking and kitchen know-how"),
+    ("What do people usually make with farmer cheese?", "cooking and kitchen know-how"),
+    ("Does our deli manager need ServSafe?", "a state's or a locality's own law"),
+    ("what does AB 418 ban in candy", "a state's or a locality's own law"),
+    ("How much can a shopper get from Double Up Food Bucks with SNAP?",
+     "nutrition incentive matches at markets (Double Up Food Bucks, GusNIP grants), which grant terms and local "
+     "programs set, not SNAP's regulations"),
+    ("Can a custom-exempt plant sell the beef it cuts?",
+     "USDA FSIS meat, poultry and egg product inspection and labeling"),
+])
+def test_heldout37_and_38_misses_have_homes(question, name):
+    assert name in [h.name for h, _ in named_homes(question)]
+
+
+def test_a_state_that_still_requires_something_is_ruling():
+    from shared.programs import states_ruling
+
+    assert states_ruling("Does Ohio still require a prescription for codeine cough syrup?") == ["Ohio"]
+
+
+def test_how_fast_a_managed_care_plan_pays_claims_is_held_medicaid_payment_rule():
+    assert "Medicaid managed care" not in [h.name for h, _ in named_homes(
+        "How fast must Medicaid managed care organizations pay clean claims?")]
+    assert "Medicaid managed care" in [h.name for h, _ in named_homes(
+        "What network adequacy standards apply to Medicaid managed care plans?")]
 
 
 def test_a_donor_count_a_rule_sets_is_not_a_statistic():

@@ -419,6 +419,9 @@ def test_a_standard_asked_for_a_food_no_section_mentions_is_not_found_though_its
     ("Do you get worried about BHA in snack mixes?", "Do you get worried"),
     ("Is my state going to switch our SNAP EBT cards to chip cards next year?",
      "Is my state going to switch our SNAP EBT cards to chip cards next year"),
+    # heldout37's (session 15)
+    ("Is it really fair that the store charges SNAP customers more?", "Is it really fair"),
+    ("is that ethical for a trial sponsor to pay the IRB", "is that ethical"),
 ])
 def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question, words):
     assert judgement_asked(question) == words
@@ -446,6 +449,7 @@ def test_a_judgement_recommendation_or_forecast_is_not_found_and_named(question,
     "We are going to open a second store next year. Does it need its own SNAP authorization?",
     # the asker's reason, not the question (heldout33)
     "A buyer wants the turbot labeled 'Greenland halibut' because it sells better. Is that allowed?",
+    "My friend says gruyere can be sold at 60 days old. Is that right under the standard?",
 ])
 def test_a_question_about_rules_is_not_taken_for_a_judgement(question):
     assert judgement_asked(question) is None

@@ -489,7 +489,7 @@ def gives_measure(text: str, measure: str) -> bool:
 _INITIALISM = re.compile(r"[A-Z]{2,5}s?")
 # families whose naming is the question's ask whatever held program it mentions: "the half-life of
 # diphenhydramine in a sleep aid", "which pharmacies were fined by the DEA"
-ASKED_AS_SUCH = frozenset({"general-knowledge", "events", "statutes"})
+ASKED_AS_SUCH = frozenset({"general-knowledge", "events", "statutes", "incentives"})
 _JOINING = re.compile(
     r"\b(?:eligible|eligibility|qualify|qualified|qualifies|apply|applying|enroll|enrolling|sign(?:ed|ing)? up|"
     r"get|getting|receive|receiving|benefits?|approved)\s+(?:for|in|into|from|to)\s+(?:the\s+)?(?:[\w-]+\s+){0,2}$",
@@ -613,6 +613,7 @@ _JUDGEMENT = re.compile("|".join((
     # a private suit: the regulations here set what an agency does, not whether a pharmacy or a store can be sued
     r"\bgrounds (?:to sue|for a (?:lawsuit|suit))\b|\b(?:sue|suing) (?:the|my|our|that|this|a|them|him|her)\b",
     r"\bdoing a good job\b",
+    r"\bis (?:it|that|this) (?:really )?(?:fair|unfair|ethical|unethical|moral|immoral)\b",
     # worry is the asker's to weigh: "should I be worried about the aspartame in my diet soda"
     r"\b(?:should|do|must) (?:i|we|you) (?:\w+ )?(?:be|get) (?:worried|concerned|scared|afraid|alarmed|nervous)\b|"
     r"\bworth worrying\b",
