@@ -173,7 +173,7 @@ def test_each_title_has_answerable_questions(title):
     assert sum(1 for r in rows() if r["title"] == title and r["kind"] != "not_found") >= 15
 
 
-@pytest.mark.parametrize("name", [f"heldout{n}.jsonl" for n in ("", *range(2, 39))])
+@pytest.mark.parametrize("name", [f"heldout{n}.jsonl" for n in ("", *range(2, 41))])
 def test_held_out_sets_are_well_formed_and_their_gold_and_facts_are_real(name):
     """The held-out sets (written blind by helpers) hold to the same rules as the dataset."""
     data = [json.loads(line) for line in (ROOT / "eval" / name).read_text(encoding="utf-8").splitlines() if line.strip()]
