@@ -74,6 +74,9 @@ _COUNTRIES = ("canada|mexico|australia|japan|china|india|europe|uk|united kingdo
               "south korea|korea|taiwan|vietnam|philippines|thailand|singapore|indonesia|malaysia|israel|"
               "saudi arabia|uae|united arab emirates|switzerland|netherlands|ireland|new zealand|south africa|"
               "argentina|chile|colombia|peru|russia|turkey|egypt|nigeria")
+# a count or share a rule sets follows its noun with a duty: "how many donors must a blood bank test"
+_A_RULE_SETS = r"(?:must|have to|has to|needs?|(?:is |are )?required|may|can|should|shall)"
+_PESTS = r"(?:mice|rats|mouse|rodents|roaches|cockroaches|ants|pests|weevils|moths|bugs|squirrels|raccoons)"
 _US_STATES = ("alabama|alaska|arizona|arkansas|california|colorado|connecticut|delaware|florida|georgia|hawaii|idaho|"
               "illinois|indiana|iowa|kansas|kentucky|louisiana|maine|maryland|massachusetts|michigan|minnesota|"
               "mississippi|missouri|montana|nebraska|nevada|new hampshire|new jersey|new mexico|new york|"
@@ -536,7 +539,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        # how many did something in a past year: "How many people in the US donated blood last year?"
        # (not a count a rule sets: "how many donors must a blood bank test each year")
        r"\bhow many (?:people|persons|americans|households|families|stores|retailers|pharmacies|companies|firms|"
-       r"patients|donors)\b(?![^.?!]{0,60}\b(?:must|have to|has to|need|needs|required|may|can|should|shall)\b)"
+       r"patients|donors)\b(?![^.?!]{0,60}\b" + _A_RULE_SETS + r"\b)"
        r"[^.?!]{0,60}\b(?:last year|in (?:19|20)\d\d|(?:each|every|per) year|annually)\b"),
     _p("general-knowledge", "what share of a program's people are of a kind (statistics, not regulation)",
        NOT_FEDERAL, (),
@@ -544,7 +547,7 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        # "what percentage of households must be screened" (a share a rule sets)
        r"\b(?:what|which) (?:share|percent(?:age)?|proportion|fraction|portion) of (?:all )?(?:[\w-]+ ){0,3}"
        r"(?:recipients|participants|beneficiaries|enrollees|households|people|americans|seniors|users|patients|"
-       r"consumers|adults|children|kids|donors)\b(?! (?:must|may|shall|can|have to|has to|need|needs|is required|are required))|"
+       r"consumers|adults|children|kids|donors)\b(?! " + _A_RULE_SETS + r")|"
        r"\bhow many\b[^.?!]{0,60}\bnationwide\b|\bnationwide\b[^.?!]{0,30}\b(?:are|were) (?:enrolled|on|receiving)\b"),
     _p("general-knowledge", "what something costs in stores (retail prices, which no regulation sets)", NOT_FEDERAL, (),
        r"\bcosts?\b[^.?!]{0,40}\b(?:at (?:cvs|walgreens|walmart|target|costco|rite aid|kroger|amazon|a warehouse store|"
@@ -555,10 +558,8 @@ PROGRAM_HOMES: tuple[ProgramHome, ...] = (
        r"\b(?:suggest|come up with|brainstorm|think of|help me (?:write|name|pick|choose|brainstorm))\b[^.?!]{0,40}"
        r"\b(?:names?|slogans?|taglines?|logos?|jingles?|captions?)\b|\bcatchy\b"),
     _p("general-knowledge", "keeping pests out of a home or garage (household know-how)", NOT_FEDERAL, (),
-       r"\b(?:mice|rats|rodents|roaches|cockroaches|ants|pests|weevils|moths|bugs|squirrels|raccoons)\b[^?]{0,120}"
-       r"\bhow (?:do|can|should) (?:i|we) (?:keep (?:them|it|those|these) out|get rid of|stop|kill)\b|"
-       r"\bhow (?:do|can|should) (?:i|we) (?:keep|get rid of|kill|repel)\b[^.?!]{0,30}\b(?:mice|rats|rodents|roaches|"
-       r"cockroaches|ants|pests|weevils|moths|bugs)\b"),
+       r"\b" + _PESTS + r"\b[^?]{0,120}\bhow (?:do|can|should) (?:i|we) (?:keep (?:them|it|those|these) out|get rid of|"
+       r"stop|kill)\b|\bhow (?:do|can|should) (?:i|we) (?:keep|get rid of|kill|repel)\b[^.?!]{0,30}\b" + _PESTS + r"\b"),
     _p("events", "whether a program's trust fund will run out of money (a forecast, not regulation)", NOT_FEDERAL, (),
        r"\brun(?:ning)? out of (?:money|funds|funding|cash)\b|\bgo(?:ing)? (?:broke|bankrupt)\b|\binsolven\w+|"
        r"\btrust funds? (?:run|running|runs|will run) (?:out|dry)\b"),
