@@ -84,7 +84,7 @@ def eval_sets() -> list[str]:
 # --------------------------------------------------------------------------------------------
 # collect
 # --------------------------------------------------------------------------------------------
-async def _collect(sets: list[str], out: Path) -> int:
+async def _collect(sets: list[str], out: Path, append: bool = False) -> int:
     from eval.harness import load_dataset
     from services.retriever.search import Searcher
     from services.scorer.gates import pre_gate
@@ -105,7 +105,7 @@ async def _collect(sets: list[str], out: Path) -> int:
         searcher = Searcher(pool, settings)
         stats = await load_corpus_stats(pool)
         titles = await db.active_titles(pool)
-        with out.open("w") as fh:
+        with out.open("a" if append else "w") as fh:
             for name in sets:
                 for item in load_dataset(name):
                     retrieval = await searcher.search(RetrieveRequest(question=item["question"], include_superseded=True))
@@ -404,6 +404,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-off-topic", dest="off_topic", action="store_false",
                     help="train without the off-topic negatives (the reader shipped before they were added)")
     ap.add_argument("--json", type=Path, default=None, help="validate: write the table and per-question scores here")
+    ap.add_argument("--sets", default=None,
+                    help="collect: only these sets (comma-separated), appended to the cache (default: every set, anew)")
     args = ap.parse_args(argv)
     from services.scorer.reader import WEIGHTS
 
@@ -411,7 +413,8 @@ def main(argv: list[str] | None = None) -> None:
     held_out = set(filter(None, args.validate_on.split(",")))
     if args.step == "collect":
         args.cache.mkdir(parents=True, exist_ok=True)
-        n = asyncio.run(_collect(eval_sets(), args.cache / "questions.jsonl"))
+        sets = args.sets.split(",") if args.sets else eval_sets()
+        n = asyncio.run(_collect(sets, args.cache / "questions.jsonl", append=bool(args.sets)))
         print(f"collected {n} questions into {args.cache / 'questions.jsonl'}")
         return
     rows = load_cache(args.cache)
