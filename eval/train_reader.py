@@ -37,7 +37,10 @@ reader (``models/answer_reader_strict.safetensors``, session 14) is the same rec
 ``f002c01``'s retrieval and 1,240 pair rows (19,538 pairs, 33 minutes), ``eval/contrast_validation.jsonl`` held
 out with the validation sets; the scorer asks it alone, at its own threshold. Session 15 retrained it with the same
 recipe on a ``collect`` made at ``563bea4``, blind only ``heldout35``-``heldout38`` (``--blind``): heldout19 and
-22-34, read and used for rules in earlier sessions, became training questions (27,371 pairs, 51 minutes).
+22-34, read and used for rules in earlier sessions, became training questions (27,371 pairs, 51 minutes). Session 16
+retrained it once more, on a ``collect`` made at ``02f776d`` with heldout35-40 (run blind and read in session 15) and
+230 new pairs (``contrast.jsonl`` rows pm-po, 1,700 rows in all) added, blind only ``heldout41`` and ``heldout42``
+(35,424 pairs). A collect for a few new sets is ``collect --sets A,B``: it appends to the cache.
 
 ``validate`` scores the validation sets' questions that the rule-based pre-gate lets through and that cite no held
 section, as production does (the best of the four passages sharing most question words in each of the first three
@@ -66,9 +69,10 @@ BLIND = ("eval/heldout19.jsonl", "eval/heldout22.jsonl", "eval/heldout23.jsonl",
          "eval/heldout25.jsonl", "eval/heldout26.jsonl", "eval/heldout27.jsonl", "eval/heldout28.jsonl",
          "eval/heldout29.jsonl", "eval/heldout30.jsonl", "eval/heldout31.jsonl", "eval/heldout32.jsonl",
          "eval/heldout33.jsonl", "eval/heldout34.jsonl", "eval/heldout35.jsonl", "eval/heldout36.jsonl",
-         "eval/heldout37.jsonl", "eval/heldout38.jsonl", "eval/heldout39.jsonl", "eval/heldout40.jsonl")
-# held subject, absent fact: 620 pairs of an answerable question and a not_found one on the same section, written
-# by helpers for the reader (200 in session 12, 240 in session 13, 180 in session 14; session 14's other 60, on
+         "eval/heldout37.jsonl", "eval/heldout38.jsonl", "eval/heldout39.jsonl", "eval/heldout40.jsonl",
+         "eval/heldout41.jsonl", "eval/heldout42.jsonl")
+# held subject, absent fact: 850 pairs of an answerable question and a not_found one on the same section, written
+# by helpers for the reader (200 in session 12, 240 in session 13, 180 in session 14, 230 in session 16; session 14's other 60, on
 # other sections, are eval/contrast_validation.jsonl, a validation set); trained on, never run through the gateway as an
 # evaluation set
 CONTRAST = "eval/contrast.jsonl"

@@ -99,7 +99,7 @@ SETS = ("dataset.jsonl", "heldout.jsonl", "heldout2.jsonl", "heldout3.jsonl", "h
         "heldout25.jsonl", "heldout26.jsonl", "heldout27.jsonl", "heldout28.jsonl",
         "heldout29.jsonl", "heldout30.jsonl", "heldout31.jsonl", "heldout32.jsonl",
         "heldout33.jsonl", "heldout34.jsonl", "heldout35.jsonl", "heldout36.jsonl", "heldout37.jsonl",
-        "heldout38.jsonl")
+        "heldout38.jsonl", "heldout39.jsonl", "heldout40.jsonl", "heldout41.jsonl", "heldout42.jsonl")
 
 
 @pytest.mark.parametrize("dataset", SETS)
