@@ -33,9 +33,10 @@ MODELS = Path(__file__).resolve().parent / "models"
 # sessions 12-13). A passage reads as an answer only as far as both read it so.
 WEIGHTS = (MODELS / "answer_reader.safetensors", MODELS / "answer_reader_pairs.safetensors")
 # the strict reader: the second's recipe on 620 pairs (session 14), retrained in session 15 with the evaluation
-# sets read since (heldout19, 22-34) added to its training questions. Sharper on questions that match their section
-# well, which the two above are not asked about (their relevance bound), and too sharp to read with them: it vetoes
-# alone, at a low threshold (ScorerThresholds.reader_strict_min_probability; eval/README.md, "Session 14")
+# sets read since (heldout19, 22-34) added to its training questions, and in session 16 with heldout35-40 and 850
+# pairs. Sharper on questions that match their section well, which the two above are not asked about (their
+# relevance bound), and too sharp to read with them: it vetoes alone, at a low threshold
+# (ScorerThresholds.reader_strict_min_probability; eval/README.md, "Session 14")
 STRICT_WEIGHTS = MODELS / "answer_reader_strict.safetensors"
 WINDOW_WORDS = 110  # a passage: consecutive sentences up to this many words, one sentence shared with the next
 MAX_TOKENS = 256  # question + passage, truncated longest-first (MiniLM's window)
