@@ -40,7 +40,7 @@ recipe on a ``collect`` made at ``563bea4``, blind only ``heldout35``-``heldout3
 22-34, read and used for rules in earlier sessions, became training questions (27,371 pairs, 51 minutes). Session 16
 retrained it once more, on a ``collect`` made at ``02f776d`` with heldout35-40 (run blind and read in session 15) and
 230 new pairs (``contrast.jsonl`` rows pm-po, 1,700 rows in all) added, blind only ``heldout41`` and ``heldout42``
-(35,424 pairs). A collect for a few new sets is ``collect --sets A,B``: it appends to the cache.
+(35,433 pairs, 81 minutes). A collect for a few new sets is ``collect --sets A,B``: it appends to the cache.
 
 ``validate`` scores the validation sets' questions that the rule-based pre-gate lets through and that cite no held
 section, as production does (the best of the four passages sharing most question words in each of the first three
@@ -72,9 +72,9 @@ BLIND = ("eval/heldout19.jsonl", "eval/heldout22.jsonl", "eval/heldout23.jsonl",
          "eval/heldout37.jsonl", "eval/heldout38.jsonl", "eval/heldout39.jsonl", "eval/heldout40.jsonl",
          "eval/heldout41.jsonl", "eval/heldout42.jsonl")
 # held subject, absent fact: 850 pairs of an answerable question and a not_found one on the same section, written
-# by helpers for the reader (200 in session 12, 240 in session 13, 180 in session 14, 230 in session 16; session 14's other 60, on
-# other sections, are eval/contrast_validation.jsonl, a validation set); trained on, never run through the gateway as an
-# evaluation set
+# by helpers for the reader (200 in session 12, 240 in session 13, 180 in session 14, 230 in session 16; session
+# 14's other 60, on other sections, are eval/contrast_validation.jsonl, a validation set); trained on, never run
+# through the gateway as an evaluation set
 CONTRAST = "eval/contrast.jsonl"
 BATCH = 16
 TUNED_LAYERS_FROM = 3  # layers below this, and the embeddings, stay frozen
